@@ -1,0 +1,3 @@
+"""AutoKernel: profile a model, extract its bottleneck kernels, optimize them unattended, verify."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from autokernel.cli.app import main
+
+main()

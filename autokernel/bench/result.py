@@ -1,0 +1,90 @@
+"""What a bench run returns. Plain data, JSON-serialisable, so it crosses the subprocess boundary
+and goes into the store without torch."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+# Bench outcomes. "correct" is the only one a kernel can be kept with.
+CORRECT = "correct"
+INCORRECT = "incorrect"  # ran, wrong values / NaN / unwritten output / aliasing / wrong dtype...
+CHEAT = "cheat"  # launched no kernel of its own, cached results, or similar
+CRASHED = "crashed"  # exception, illegal memory access, process died
+COMPILE_ERROR = "compile_error"
+TIMEOUT = "timeout"
+OOM = "oom"
+OUTCOMES = (CORRECT, INCORRECT, CHEAT, CRASHED, COMPILE_ERROR, TIMEOUT, OOM)
+
+STAGES = ("smoke", "shapes", "stability", "determinism", "edge")
+
+
+@dataclass
+class StageVerdict:
+    name: str  # one of STAGES
+    status: str  # pass | fail | skip | error
+    detail: str = ""
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+
+
+@dataclass
+class BenchResult:
+    kernel_type: str
+    backend: str
+    outcome: str = CRASHED
+    dtype: str = ""
+    shape: dict[str, int] = field(default_factory=dict)  # the timed shape
+    stages: list[StageVerdict] = field(default_factory=list)
+    latency_us: Optional[float] = None  # median
+    latency_iqr_us: Optional[float] = None
+    eager_us: Optional[float] = None
+    compile_us: Optional[float] = None
+    speedup_vs_eager: Optional[float] = None
+    speedup_vs_compile: Optional[float] = None
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    pct_peak: Optional[float] = None  # % of the ceiling that bounds this kernel type
+    bound: str = ""  # memory | compute
+    peak_vram_mb: Optional[float] = None
+    flagged: bool = False  # speed-up over 10x: for review, not trusted
+    launched_kernels: list[str] = field(default_factory=list)
+    gpu_timing: bool = False  # False under the Triton interpreter / on CPU: timings are not GPU timings
+    device: str = ""
+    error: Optional[str] = None  # tail of the error output
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.outcome == CORRECT
+
+    def stage(self, name: str) -> Optional[StageVerdict]:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BenchResult":
+        data = dict(data)
+        data["stages"] = [StageVerdict(**s) for s in data.get("stages", [])]
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def experiment_fields(self) -> dict[str, Any]:
+        """The columns of an experiment row that come from this result."""
+        status_of = {CORRECT: None, INCORRECT: "incorrect", CHEAT: "incorrect", CRASHED: "crashed",
+                     COMPILE_ERROR: "crashed", OOM: "crashed", TIMEOUT: "timeout"}
+        fields = {f"stage_{s.name}": s.status for s in self.stages if s.name in STAGES}
+        fields.update(
+            correctness="PASS" if self.correct else ("FAIL" if self.outcome in (INCORRECT, CHEAT) else "ERROR"),
+            latency_us=self.latency_us, latency_iqr_us=self.latency_iqr_us, tflops=self.tflops, gbps=self.gbps,
+            pct_peak=self.pct_peak, speedup_vs_eager=self.speedup_vs_eager,
+            speedup_vs_compile=self.speedup_vs_compile, eager_us=self.eager_us, compile_us=self.compile_us,
+            peak_vram_mb=self.peak_vram_mb, flagged=self.flagged, device=self.device, duration_s=self.duration_s,
+            error=(f"{self.outcome}: {self.error}" if self.error else (None if self.correct else self.outcome)),
+        )
+        if status_of[self.outcome]:
+            fields["status"] = status_of[self.outcome]
+        return fields

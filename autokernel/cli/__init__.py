@@ -1,0 +1,1 @@
+"""The Typer command line; the only layer that prints."""

@@ -1,0 +1,158 @@
+"""The single-file kernel format: what a kernel.py holds, how it is loaded and how its tunables change.
+
+A kernel file is plain Python:
+
+    KERNEL_TYPE = "softmax"            # one of the registered kernel types
+    BACKEND = "triton"                 # triton | cuda
+    BLOCK_SIZE = 1024                  # tunables: module-level literals, one per line
+    NUM_WARPS = 8
+    SEARCH_SPACE = {"BLOCK_SIZE": [512, 1024, 2048], "NUM_WARPS": [4, 8, 16]}
+    def valid_config(cfg): ...         # optional: rejects combinations that cannot work
+    DETERMINISTIC = True               # optional; False needs NONDETERMINISM_REASON = "..."
+    def kernel_fn(*args): ...          # same signature and result as the spec's reference
+
+Only this file changes between experiments; inputs, reference and bench live elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import itertools
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from autokernel.errors import KernelFileError
+
+ENTRY = "kernel_fn"
+MAX_SOURCE_BYTES = 200_000
+
+
+@dataclass
+class KernelFile:
+    path: Path | None
+    source: str
+    kernel_type: str
+    backend: str
+    search_space: dict[str, list[Any]]
+    config: dict[str, Any]  # current values of the tunables named in the search space
+    deterministic: bool = True
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return out
+
+
+def parse_source(source: str, path: Path | None = None) -> KernelFile:
+    """Static checks that need no import: size, syntax, required names, tunables are literals."""
+    where = str(path) if path else "kernel source"
+    if len(source.encode()) > MAX_SOURCE_BYTES:
+        raise KernelFileError(f"{where} is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES} limit")
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as exc:
+        raise KernelFileError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
+    consts = _literal_assignments(tree)
+    for name in ("KERNEL_TYPE", "BACKEND"):
+        if not isinstance(consts.get(name), str):
+            raise KernelFileError(f"{where}: missing {name} = \"...\" at module level")
+    if consts["BACKEND"] not in ("triton", "cuda"):
+        raise KernelFileError(f"{where}: BACKEND must be 'triton' or 'cuda', not {consts['BACKEND']!r}")
+    if not any(isinstance(n, ast.FunctionDef) and n.name == ENTRY for n in tree.body):
+        raise KernelFileError(f"{where}: no {ENTRY}() function at module level")
+    space = consts.get("SEARCH_SPACE", {})
+    if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
+        raise KernelFileError(f"{where}: SEARCH_SPACE must be a dict of non-empty lists of literals")
+    config = {}
+    for name in space:
+        if name not in consts:
+            raise KernelFileError(f"{where}: tunable {name} is in SEARCH_SPACE but not a module-level literal")
+        config[name] = consts[name]
+    return KernelFile(path=path, source=source, kernel_type=consts["KERNEL_TYPE"], backend=consts["BACKEND"],
+                      search_space={k: list(v) for k, v in space.items()}, config=config,
+                      deterministic=bool(consts.get("DETERMINISTIC", True)))
+
+
+def read_kernel_file(path: str | Path) -> KernelFile:
+    p = Path(path)
+    try:
+        source = p.read_text()
+    except OSError as exc:
+        raise KernelFileError(f"cannot read kernel file {p}: {exc.strerror}") from exc
+    return parse_source(source, p)
+
+
+_counter = itertools.count()
+
+
+def import_kernel(kf: KernelFile) -> ModuleType:
+    """Execute the file as a fresh module. Triton's @jit needs real source lines, so the module is
+    loaded from a file (the original, or a cached copy named by content hash)."""
+    path = kf.path
+    if path is None or not path.exists() or path.read_text() != kf.source:
+        from autokernel.config import resolve_home
+        cache = resolve_home().cache / "kernel_sources"
+        cache.mkdir(parents=True, exist_ok=True)
+        path = cache / f"k_{kf.source_hash}.py"
+        if not path.exists():
+            path.write_text(kf.source)
+    name = f"autokernel_candidate_{kf.source_hash}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KernelFileError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # triton and dataclasses look the module up by name
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:  # the file is untrusted code: any failure is the file's fault
+        sys.modules.pop(name, None)
+        raise KernelFileError(f"{kf.path or 'kernel source'} failed to import: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(mod, ENTRY, None)):
+        raise KernelFileError(f"{kf.path or 'kernel source'}: {ENTRY} is not callable")
+    return mod
+
+
+def entry_point(mod: ModuleType) -> Callable:
+    return getattr(mod, ENTRY)
+
+
+def config_is_valid(mod_or_none: ModuleType | None, kf: KernelFile, config: dict[str, Any]) -> bool:
+    """Values inside the declared space, and the file's own valid_config() if it has one."""
+    for k, v in config.items():
+        if k not in kf.search_space or v not in kf.search_space[k]:
+            return False
+    check = getattr(mod_or_none, "valid_config", None) if mod_or_none is not None else None
+    if check is None:
+        return True
+    try:
+        return bool(check(dict(kf.config, **config)))
+    except Exception:
+        return False
+
+
+def with_config(source: str, config: dict[str, Any]) -> str:
+    """Rewrite the tunables' assignment lines; everything else in the file stays byte for byte."""
+    out = source
+    for name, value in config.items():
+        pattern = re.compile(rf"^{re.escape(name)}\s*=\s*[^\n#]*?(\s*#[^\n]*)?$", re.MULTILINE)
+        new, n = pattern.subn(lambda m: f"{name} = {value!r}{m.group(1) or ''}", out, count=1)
+        if n != 1:
+            raise KernelFileError(f"tunable {name} has no single-line module-level assignment to rewrite")
+        out = new
+    return out

@@ -1,0 +1,302 @@
+"""The experiment store: one SQLite file in WAL mode that several processes can write to.
+
+Values go in and come out as plain Python objects; the store never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from sqlalchemy import event, func
+from sqlalchemy.exc import IntegrityError, OperationalError, DatabaseError
+from sqlmodel import Session, create_engine, select
+
+from autokernel.errors import NotFoundError, StoreError
+from autokernel.store.migrate import migrate
+from autokernel.store.tables import Device, Experiment, Kernel, LLMCall, Profile, Run, utcnow
+
+BUSY_TIMEOUT_S = 60.0
+# statuses that end an experiment; "running" rows left by a killed process are abandoned on resume
+FINAL_STATUSES = ("kept", "reverted", "incorrect", "crashed", "timeout", "abandoned", "baseline")
+
+
+def _set_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+class Store:
+    """Open (and migrate) the database at `path`. Use as a context manager or call close()."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            raw = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                _set_pragmas(raw, None)
+                migrate(raw)
+            finally:
+                raw.close()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}",
+                             hint="the file is damaged or not an AutoKernel database; it was not changed") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+        self.engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": BUSY_TIMEOUT_S})
+        event.listen(self.engine, "connect", _set_pragmas)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as s:
+            try:
+                yield s
+                s.commit()
+            except (OperationalError, DatabaseError) as exc:
+                s.rollback()
+                raise StoreError(f"store write failed: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
+            except Exception:
+                s.rollback()
+                raise
+
+    def _add(self, obj):
+        with self.session() as s:
+            s.add(obj)
+            s.commit()
+            s.refresh(obj)
+            return obj
+
+    def _update(self, cls, id_: int, **fields):
+        with self.session() as s:
+            obj = s.get(cls, id_)
+            if obj is None:
+                raise NotFoundError(f"{cls.__tablename__} {id_} not found")
+            for k, v in fields.items():
+                if not hasattr(obj, k):
+                    raise StoreError(f"{cls.__tablename__} has no column {k!r}")
+                setattr(obj, k, v)
+            s.add(obj)
+            s.commit()
+            s.refresh(obj)
+            return obj
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def create_run(self, kind: str, *, model: str | None = None, agent: str | None = None,
+                   config: dict[str, Any] | None = None, device: str | None = None,
+                   pid: int | None = None) -> Run:
+        return self._add(Run(kind=kind, model=model, agent=agent, config_json=json.dumps(config or {}),
+                             device=device, pid=pid))
+
+    def get_run(self, run_id: int) -> Run:
+        with self.session() as s:
+            run = s.get(Run, run_id)
+        if run is None:
+            raise NotFoundError(f"run {run_id} not found")
+        return run
+
+    def latest_run(self, kind: str | None = None, model: str | None = None) -> Optional[Run]:
+        with self.session() as s:
+            q = select(Run)
+            if kind:
+                q = q.where(Run.kind == kind)
+            if model:
+                q = q.where(Run.model == model)
+            return s.exec(q.order_by(Run.id.desc())).first()
+
+    def list_runs(self) -> list[Run]:
+        with self.session() as s:
+            return list(s.exec(select(Run).order_by(Run.id)))
+
+    def update_run(self, run_id: int, **fields) -> Run:
+        return self._update(Run, run_id, **fields)
+
+    def finish_run(self, run_id: int, status: str = "finished") -> Run:
+        return self._update(Run, run_id, status=status, finished_at=utcnow())
+
+    # -- profiles -------------------------------------------------------------------------------
+
+    def add_profile(self, model: str, entries: list[dict], *, config: dict | None = None,
+                    device: str | None = None, total_gpu_ms: float = 0.0, forward_ms: float = 0.0,
+                    run_id: int | None = None) -> Profile:
+        return self._add(Profile(model=model, entries_json=json.dumps(entries), config_json=json.dumps(config or {}),
+                                 device=device, total_gpu_ms=total_gpu_ms, forward_ms=forward_ms, run_id=run_id))
+
+    def get_profile(self, profile_id: int) -> Profile:
+        with self.session() as s:
+            p = s.get(Profile, profile_id)
+        if p is None:
+            raise NotFoundError(f"profile {profile_id} not found")
+        return p
+
+    def latest_profile(self, model: str | None = None) -> Optional[Profile]:
+        with self.session() as s:
+            q = select(Profile)
+            if model:
+                q = q.where(Profile.model == model)
+            return s.exec(q.order_by(Profile.id.desc())).first()
+
+    # -- kernels --------------------------------------------------------------------------------
+
+    def add_kernel(self, name: str, kernel_type: str, *, backend: str = "triton", model: str | None = None,
+                   profile_id: int | None = None, share: float = 0.0, shapes: list[dict] | None = None,
+                   dtype: str = "bfloat16", branch: str = "", base_commit: str | None = None) -> Kernel:
+        try:
+            return self._add(Kernel(name=name, kernel_type=kernel_type, backend=backend, model=model,
+                                    profile_id=profile_id, share=share, shapes_json=json.dumps(shapes or []),
+                                    dtype=dtype, branch=branch, base_commit=base_commit))
+        except IntegrityError as exc:
+            raise StoreError(f"a kernel named {name!r} already exists") from exc
+
+    def get_kernel(self, name_or_id: str | int) -> Kernel:
+        with self.session() as s:
+            if isinstance(name_or_id, int) or str(name_or_id).isdigit():
+                k = s.get(Kernel, int(name_or_id))
+            else:
+                k = s.exec(select(Kernel).where(Kernel.name == name_or_id)).first()
+        if k is None:
+            raise NotFoundError(f"kernel {name_or_id!r} not found")
+        return k
+
+    def find_kernel(self, name: str) -> Optional[Kernel]:
+        with self.session() as s:
+            return s.exec(select(Kernel).where(Kernel.name == name)).first()
+
+    def list_kernels(self, model: str | None = None, profile_id: int | None = None) -> list[Kernel]:
+        with self.session() as s:
+            q = select(Kernel)
+            if model:
+                q = q.where(Kernel.model == model)
+            if profile_id is not None:
+                q = q.where(Kernel.profile_id == profile_id)
+            return list(s.exec(q.order_by(Kernel.share.desc(), Kernel.id)))
+
+    def update_kernel(self, kernel_id: int, **fields) -> Kernel:
+        return self._update(Kernel, kernel_id, **fields)
+
+    # -- experiments ----------------------------------------------------------------------------
+
+    def add_experiment(self, **fields) -> Experiment:
+        """Insert an experiment; when `number` is omitted and a run is given, take the next free one.
+
+        Numbering and insertion happen in one write transaction, so two processes appending to one
+        run never get the same number.
+        """
+        for attempt in range(20):
+            with self.session() as s:
+                if fields.get("number") in (None, 0) and fields.get("run_id") is not None:
+                    top = s.exec(select(func.max(Experiment.number)).where(Experiment.run_id == fields["run_id"])).one()
+                    number = (top or 0) + 1
+                else:
+                    number = fields.get("number") or 0
+                exp = Experiment(**{**fields, "number": number})
+                s.add(exp)
+                try:
+                    s.commit()
+                except IntegrityError:
+                    s.rollback()
+                    if "number" in fields and fields["number"]:
+                        raise StoreError(f"experiment number {fields['number']} already exists in run {fields.get('run_id')}")
+                    continue
+                s.refresh(exp)
+                return exp
+        raise StoreError("could not allocate an experiment number after 20 tries")
+
+    def update_experiment(self, exp_id: int, **fields) -> Experiment:
+        return self._update(Experiment, exp_id, **fields)
+
+    def get_experiment(self, exp_id: int) -> Experiment:
+        with self.session() as s:
+            e = s.get(Experiment, exp_id)
+        if e is None:
+            raise NotFoundError(f"experiment {exp_id} not found")
+        return e
+
+    def list_experiments(self, run_id: int | None = None, kernel_id: int | None = None,
+                         status: str | None = None) -> list[Experiment]:
+        with self.session() as s:
+            q = select(Experiment)
+            if run_id is not None:
+                q = q.where(Experiment.run_id == run_id)
+            if kernel_id is not None:
+                q = q.where(Experiment.kernel_id == kernel_id)
+            if status is not None:
+                q = q.where(Experiment.status == status)
+            return list(s.exec(q.order_by(Experiment.run_id, Experiment.number, Experiment.id)))
+
+    def best_experiment(self, kernel_id: int) -> Optional[Experiment]:
+        """The fastest correct kept (or baseline) experiment of a kernel."""
+        with self.session() as s:
+            q = (select(Experiment)
+                 .where(Experiment.kernel_id == kernel_id)
+                 .where(Experiment.status.in_(("kept", "baseline")))
+                 .where(Experiment.latency_us.is_not(None))
+                 .order_by(Experiment.latency_us, Experiment.id))
+            return s.exec(q).first()
+
+    def abandon_running(self, run_id: int) -> int:
+        """Mark experiments a killed process left 'running' as abandoned; returns how many."""
+        with self.session() as s:
+            rows = list(s.exec(select(Experiment).where(Experiment.run_id == run_id)
+                               .where(Experiment.status == "running")))
+            for e in rows:
+                e.status = "abandoned"
+                e.error = (e.error or "") + "process ended before the experiment finished"
+                e.finished_at = utcnow()
+                s.add(e)
+            s.commit()
+            return len(rows)
+
+    # -- devices --------------------------------------------------------------------------------
+
+    def upsert_device(self, key: str, **fields) -> Device:
+        with self.session() as s:
+            dev = s.exec(select(Device).where(Device.key == key)).first()
+            if dev is None:
+                dev = Device(key=key)
+            for k, v in fields.items():
+                setattr(dev, k, v)
+            dev.measured_at = utcnow()
+            s.add(dev)
+            s.commit()
+            s.refresh(dev)
+            return dev
+
+    def get_device(self, key: str) -> Optional[Device]:
+        with self.session() as s:
+            return s.exec(select(Device).where(Device.key == key)).first()
+
+    # -- llm calls ------------------------------------------------------------------------------
+
+    def add_llm_call(self, **fields) -> LLMCall:
+        return self._add(LLMCall(**fields))
+
+    def list_llm_calls(self, run_id: int | None = None) -> list[LLMCall]:
+        with self.session() as s:
+            q = select(LLMCall)
+            if run_id is not None:
+                q = q.where(LLMCall.run_id == run_id)
+            return list(s.exec(q.order_by(LLMCall.id)))
+
+
+def open_store(path: str | Path) -> Store:
+    return Store(path)

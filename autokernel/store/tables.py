@@ -1,0 +1,141 @@
+"""The store's tables. Plain values only (str, float, int, JSON text): the store never imports torch.
+
+Every column here must also be created by a migration in autokernel/migrations/; a test compares the
+migrated schema against this metadata.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Optional
+
+from sqlalchemy import UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)  # loop | bench | kb | verify
+    model: Optional[str] = Field(default=None, index=True)
+    agent: Optional[str] = None
+    status: str = "running"  # running | finished | interrupted | failed
+    config_json: str = "{}"
+    device: Optional[str] = None
+    pid: Optional[int] = None
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: Optional[datetime] = None
+    notes: Optional[str] = None
+
+
+class Profile(SQLModel, table=True):
+    __tablename__ = "profiles"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id", index=True)
+    model: str = Field(index=True)
+    config_json: str = "{}"  # batch, seq, dtype, device
+    device: Optional[str] = None
+    total_gpu_ms: float = 0.0  # GPU time attributed per forward pass
+    forward_ms: float = 0.0  # measured wall time of one forward pass
+    entries_json: str = "[]"  # ranked list of entries: type, share, calls, shapes, dtypes, amdahl
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Kernel(SQLModel, table=True):
+    __tablename__ = "kernels"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)  # e.g. "llama-7b.rmsnorm" or "kb.L1.19"
+    kernel_type: str = Field(index=True)
+    backend: str = "triton"  # triton | cuda
+    model: Optional[str] = Field(default=None, index=True)
+    profile_id: Optional[int] = Field(default=None, foreign_key="profiles.id")
+    share: float = 0.0  # fraction of the model's GPU time spent in this kernel
+    shapes_json: str = "[]"  # the model's real shapes, as the spec's shape dicts
+    dtype: str = "bfloat16"
+    branch: str = ""
+    base_commit: Optional[str] = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Experiment(SQLModel, table=True):
+    __tablename__ = "experiments"
+    # The number is what users and results.tsv call an experiment; a resumed run must not reuse one.
+    __table_args__ = (UniqueConstraint("run_id", "number", name="uq_experiments_run_number"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id", index=True)
+    kernel_id: Optional[int] = Field(default=None, foreign_key="kernels.id", index=True)
+    number: int = 0  # 1, 2, ... within the run
+    tag: str = ""  # short label, e.g. "softmax-e12"
+    kernel_type: str = ""
+    backend: str = "triton"
+    commit: Optional[str] = None
+    proposer: str = "manual"  # baseline | search | llm | manual
+    description: str = ""
+    config_json: str = "{}"  # the tunables' values of this candidate
+    status: str = "running"  # running | kept | reverted | incorrect | crashed | timeout | abandoned | baseline
+    stage_smoke: Optional[str] = None  # pass | fail | skip
+    stage_shapes: Optional[str] = None
+    stage_stability: Optional[str] = None
+    stage_determinism: Optional[str] = None
+    stage_edge: Optional[str] = None
+    correctness: Optional[str] = None  # PASS | FAIL | ERROR
+    latency_us: Optional[float] = None  # median
+    latency_iqr_us: Optional[float] = None
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    pct_peak: Optional[float] = None  # % of the measured ceiling that bounds this kernel
+    speedup_vs_eager: Optional[float] = None
+    speedup_vs_compile: Optional[float] = None
+    eager_us: Optional[float] = None
+    compile_us: Optional[float] = None
+    peak_vram_mb: Optional[float] = None
+    duration_s: Optional[float] = None
+    flagged: bool = False  # speed-up over 10x: reported for review, not trusted
+    device: Optional[str] = None
+    error: Optional[str] = None  # tail of the error for crashed/timeout/incorrect
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: Optional[datetime] = None
+
+
+class Device(SQLModel, table=True):
+    __tablename__ = "devices"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    key: str = Field(index=True, unique=True)  # name + capability + torch version
+    name: str = ""
+    capability: str = ""
+    sm_count: int = 0
+    memory_gb: float = 0.0
+    copy_gbps: Optional[float] = None  # measured device copy, bytes read + written
+    matmul_tflops_fp32: Optional[float] = None
+    matmul_tflops_fp16: Optional[float] = None
+    matmul_tflops_bf16: Optional[float] = None
+    torch_version: str = ""
+    triton_version: str = ""
+    measured_at: datetime = Field(default_factory=utcnow)
+
+
+class LLMCall(SQLModel, table=True):
+    __tablename__ = "llm_calls"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id", index=True)
+    experiment_id: Optional[int] = Field(default=None, foreign_key="experiments.id")
+    provider: str = ""  # openai | anthropic
+    model: str = ""
+    status: str = "ok"  # ok | http_error | timeout | no_code | syntax_error | too_large
+    http_status: Optional[int] = None
+    attempts: int = 1
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    latency_s: Optional[float] = None
+    error: Optional[str] = None
+    created_at: datetime = Field(default_factory=utcnow)
