@@ -1,0 +1,131 @@
+"""Triton matmul starter: C[M,N] = A[M,K] @ B[K,N], fp32 accumulation.
+
+Tiled tl.dot (wgmma on Hopper) with grouped program ordering: GROUP_M row-tiles are walked
+together so the B tiles they share stay in L2. Any strides (B is usually a weight's .t() view,
+K-stride 1), masked edges. 16-bit inputs use the main tunables; fp32 inputs use their own
+(ieee products: TF32 would miss the fp32 tolerance, and the FMA path needs smaller tiles).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "matmul"
+BACKEND = "triton"
+
+# fp16 / bf16: 128x256x64 with 8 warps and 3 stages is a good Hopper default (147 KB of smem).
+BLOCK_M = 128
+BLOCK_N = 256
+BLOCK_K = 64
+GROUP_M = 8
+NUM_WARPS = 8
+NUM_STAGES = 3
+
+# fp32: true fp32 products ("ieee"), or 3xTF32 which is about as exact and faster on tensor cores.
+FP32_BLOCK_M = 64
+FP32_BLOCK_N = 128
+FP32_BLOCK_K = 32
+FP32_NUM_WARPS = 8
+FP32_NUM_STAGES = 3
+FP32_PRECISION = "ieee"
+
+SEARCH_SPACE = {
+    "BLOCK_M": [64, 128, 256],
+    "BLOCK_N": [64, 128, 256],
+    "BLOCK_K": [32, 64, 128],
+    "GROUP_M": [1, 4, 8, 16],
+    "NUM_WARPS": [4, 8],
+    "NUM_STAGES": [2, 3, 4, 5],
+    "FP32_BLOCK_M": [32, 64, 128],
+    "FP32_BLOCK_N": [32, 64, 128],
+    "FP32_BLOCK_K": [16, 32],
+    "FP32_NUM_WARPS": [4, 8],
+    "FP32_NUM_STAGES": [2, 3],
+    "FP32_PRECISION": ["ieee", "tf32x3"],
+}
+
+DETERMINISTIC = True  # each output tile is reduced by one program in a fixed K order
+
+SMEM_LIMIT = 227 * 1024  # H100/H200 opt-in shared memory per block
+
+
+def valid_config(cfg):
+    # The pipelined A and B tiles must fit in shared memory on Hopper.
+    half = (cfg["BLOCK_M"] * cfg["BLOCK_K"] + cfg["BLOCK_K"] * cfg["BLOCK_N"]) * 2 * cfg["NUM_STAGES"]
+    single = ((cfg["FP32_BLOCK_M"] * cfg["FP32_BLOCK_K"] + cfg["FP32_BLOCK_K"] * cfg["FP32_BLOCK_N"])
+              * 4 * cfg["FP32_NUM_STAGES"])
+    # A 256x256 fp32 accumulator does not fit in registers of 4 warps (512 per thread).
+    acc_regs = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["NUM_WARPS"])
+    return half <= SMEM_LIMIT and single <= SMEM_LIMIT and acc_regs <= 256
+
+
+@triton.jit
+def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                        EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    # Grouped ordering: consecutive programs sweep GROUP row-tiles down one column of tiles,
+    # so a B column-tile is read from DRAM once per group instead of once per row-tile.
+    per_group = GROUP * num_n
+    group = pid // per_group
+    first_m = group * GROUP
+    group_rows = min(num_m - first_m, GROUP)
+    pid_m = first_m + ((pid % per_group) % group_rows)
+    pid_n = (pid % per_group) // group_rows
+
+    # Rows/cols past the edge wrap around (% M, % N): loads stay unmasked and in bounds, and the
+    # store mask drops the duplicates. Offsets in int64 so huge tensors cannot overflow.
+    rm = (pid_m * BM + tl.arange(0, BM)) % M
+    rn = (pid_n * BN + tl.arange(0, BN)) % N
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BK
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BK * stride_ak
+        b_ptrs += BK * stride_bk
+
+    cm = pid_m * BM + tl.arange(0, BM)
+    cn = pid_n * BN + tl.arange(0, BN)
+    c_ptrs = c_ptr + cm.to(tl.int64)[:, None] * stride_cm + cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+def _config(dtype):
+    if dtype == torch.float32:
+        return FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
+    # 16-bit inputs: tensor cores multiply them exactly; None keeps Triton's default.
+    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, None
+
+
+def kernel_fn(a, b):
+    assert a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0], "a[M,K] @ b[K,N]"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    if M == 0 or N == 0:
+        return c
+    if K == 0:
+        return c.zero_()
+    bm, bn, bk, warps, stages, precision = _config(a.dtype)
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    _matmul_tile_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
+        num_warps=warps, num_stages=stages,
+    )
+    return c
