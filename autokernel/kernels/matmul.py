@@ -19,7 +19,8 @@ Adversarial scales keep the output O(1) so an elementwise tolerance stays meanin
 - "large": A near the top of its dtype's useful range (1e3 fp16, 1e4 bf16/fp32) and the weight
   scaled down by the same factor: products are exact in fp32, but a kernel that stages or
   accumulates in 16 bits overflows or loses the result.
-- "tiny": A around 1e-6 (fp16 subnormals): no NaN, no flush to garbage.
+- "tiny": A around 1e-6 (fp16 subnormals) and the weight scaled up to compensate (1e6, or 1e4
+  for fp16 whose range ends at 65504): subnormal inputs must not be flushed to zero.
 - "equal": every element of A is 0.5: all rows of C equal (catches row-mixing index bugs).
 """
 
@@ -48,6 +49,7 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 _LARGE = {torch.float16: 1e3, torch.bfloat16: 1e4, torch.float32: 1e4}
+_TINY_COMPENSATION = {torch.float16: 1e4, torch.bfloat16: 1e6, torch.float32: 1e6}
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator | None = None,
@@ -58,6 +60,8 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator |
                     dtype=torch.float32) / math.sqrt(max(k, 1))
     if scale == "large":
         w = w / _LARGE[dtype]  # keeps C = O(1) while A is huge
+    elif scale == "tiny":
+        w = w * _TINY_COMPENSATION[dtype]
     return a, w.to(device=device, dtype=dtype).t()
 
 
