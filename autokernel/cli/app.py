@@ -38,7 +38,9 @@ def root(
 
 # Each command module registers its commands on `app`; the order here is the order of --help.
 # (each stage's module adds itself here as it lands, in flow order)
-_COMMAND_MODULES: tuple = ()
+from autokernel.cli import export as _export  # noqa: E402
+
+_COMMAND_MODULES: tuple = (_export,)
 
 for _module in _COMMAND_MODULES:
     _module.register(app)
