@@ -55,6 +55,18 @@ def applied_versions(conn: sqlite3.Connection) -> list[int]:
     return [v for (v,) in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
 
 
+def check_not_newer(conn: sqlite3.Connection, migrations: list[Migration] | None = None) -> None:
+    """Refuse a database recorded at a version this code does not know; reads only."""
+    migrations = bundled_migrations() if migrations is None else migrations
+    known = migrations[-1].version if migrations else 0
+    done = applied_versions(conn)
+    if done and max(done) > known:
+        raise SchemaTooNewError(
+            f"the database schema is version {max(done)} but this AutoKernel knows only up to {known}",
+            hint="upgrade AutoKernel or use another --home; the database was not changed",
+        )
+
+
 def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[int]:
     """Bring the database up to the newest migration; returns the versions applied now.
 
@@ -62,6 +74,7 @@ def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None)
     transaction of its own.
     """
     migrations = bundled_migrations() if migrations is None else migrations
+    check_not_newer(conn, migrations)
     known = migrations[-1].version if migrations else 0
     conn.execute("BEGIN IMMEDIATE")  # serialise concurrent openers; the ledger is created once
     try:

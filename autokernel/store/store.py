@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, DatabaseError
 from sqlmodel import Session, create_engine, select
 
 from autokernel.errors import NotFoundError, StoreError
-from autokernel.store.migrate import migrate
+from autokernel.store.migrate import check_not_newer, migrate
 from autokernel.store.tables import Device, Experiment, Kernel, LLMCall, Profile, Run, utcnow
 
 BUSY_TIMEOUT_S = 60.0
@@ -42,6 +42,8 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             raw = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             try:
+                # before any pragma: switching a refused database to WAL would already alter it
+                check_not_newer(raw)
                 _set_pragmas(raw, None)
                 migrate(raw)
             finally:
@@ -71,6 +73,9 @@ class Store:
             try:
                 yield s
                 s.commit()
+            except IntegrityError as exc:
+                s.rollback()
+                raise StoreError(f"store write refused: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
             except (OperationalError, DatabaseError) as exc:
                 s.rollback()
                 raise StoreError(f"store write failed: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
@@ -164,8 +169,10 @@ class Store:
             return self._add(Kernel(name=name, kernel_type=kernel_type, backend=backend, model=model,
                                     profile_id=profile_id, share=share, shapes_json=json.dumps(shapes or []),
                                     dtype=dtype, branch=branch, base_commit=base_commit))
-        except IntegrityError as exc:
-            raise StoreError(f"a kernel named {name!r} already exists") from exc
+        except StoreError as exc:
+            if isinstance(exc.__cause__, IntegrityError):
+                raise StoreError(f"a kernel named {name!r} already exists") from exc
+            raise
 
     def get_kernel(self, name_or_id: str | int) -> Kernel:
         with self.session() as s:
@@ -198,28 +205,25 @@ class Store:
     def add_experiment(self, **fields) -> Experiment:
         """Insert an experiment; when `number` is omitted and a run is given, take the next free one.
 
-        Numbering and insertion happen in one write transaction, so two processes appending to one
-        run never get the same number.
+        The next number is computed inside the INSERT statement itself (a scalar subquery), and
+        SQLite holds the write lock for the whole statement, so two processes appending to one
+        run can never read the same maximum. An explicit number that is taken is a StoreError.
         """
-        for attempt in range(20):
-            with self.session() as s:
-                if fields.get("number") in (None, 0) and fields.get("run_id") is not None:
-                    top = s.exec(select(func.max(Experiment.number)).where(Experiment.run_id == fields["run_id"])).one()
-                    number = (top or 0) + 1
-                else:
-                    number = fields.get("number") or 0
-                exp = Experiment(**{**fields, "number": number})
-                s.add(exp)
-                try:
-                    s.commit()
-                except IntegrityError:
-                    s.rollback()
-                    if "number" in fields and fields["number"]:
-                        raise StoreError(f"experiment number {fields['number']} already exists in run {fields.get('run_id')}")
-                    continue
-                s.refresh(exp)
-                return exp
-        raise StoreError("could not allocate an experiment number after 20 tries")
+        explicit = fields.get("number") not in (None, 0)
+        with self.session() as s:
+            exp = Experiment(**{**fields, "number": fields.get("number") or 0})
+            if not explicit and fields.get("run_id") is not None:
+                exp.number = (select(func.coalesce(func.max(Experiment.number), 0) + 1)
+                              .where(Experiment.run_id == fields["run_id"]).scalar_subquery())
+            s.add(exp)
+            try:
+                s.commit()
+            except IntegrityError as exc:
+                s.rollback()
+                raise StoreError(f"experiment number {fields.get('number')} already exists in run "
+                                 f"{fields.get('run_id')}" if explicit else f"store write refused: {exc.orig}") from exc
+            s.refresh(exp)
+            return exp
 
     def update_experiment(self, exp_id: int, **fields) -> Experiment:
         return self._update(Experiment, exp_id, **fields)
