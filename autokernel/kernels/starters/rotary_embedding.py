@@ -1,0 +1,93 @@
+"""Triton rotary-embedding starter: out = x*cos + rotate_half(x)*sin, half-rotation form.
+
+Each program takes BLOCK_S positions and HEADS_PER_PROG (batch, head) slices. The cos/sin tiles
+of its positions (both halves, since the kernel may not assume cat(freqs, freqs)) are loaded
+once and reused for every head; each head's x tile is loaded as its two halves, so both
+outputs of a rotation pair come from one read of x:
+    out[:h] = x1*cos[:h] - x2*sin[:h],   out[h:] = x2*cos[h:] + x1*sin[h:].
+Math in fp32, one rounding per output (eager rounds three times). Any strides: the model's q is
+the transposed view of the projection ([B,S,H,D].transpose(1,2)); the output is contiguous.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "rotary_embedding"
+BACKEND = "triton"
+
+BLOCK_S = 16  # positions per program
+HEADS_PER_PROG = 4  # (batch, head) slices per program sharing one cos/sin tile
+NUM_WARPS = 4
+
+SEARCH_SPACE = {
+    "BLOCK_S": [4, 8, 16, 32, 64],
+    "HEADS_PER_PROG": [1, 2, 4, 8, 16],
+    "NUM_WARPS": [1, 2, 4, 8],
+}
+
+DETERMINISTIC = True  # pure elementwise
+
+
+def valid_config(cfg):
+    # At head_dim 128, no more than 64 elements of x per thread and iteration.
+    return cfg["BLOCK_S"] * 128 // (32 * cfg["NUM_WARPS"]) <= 64
+
+
+@triton.jit
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, BH, H, S,
+                 sx_b, sx_h, sx_s, sx_d, sc_s, sc_d, ss_s, ss_d, so_b, so_h, so_s, so_d,
+                 HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr):
+    pid_s = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    s = pid_s * BLOCK + tl.arange(0, BLOCK)
+    d = tl.arange(0, BLOCK_D)
+    if BLOCK_D == HALF:
+        # No column mask: the mask stays constant along d and loads vectorise.
+        m2 = tl.broadcast_to((s < S)[:, None], (BLOCK, BLOCK_D))
+    else:
+        m2 = (s < S)[:, None] & (d < HALF)[None, :]
+
+    c_off = s[:, None] * sc_s + d[None, :] * sc_d
+    cos1 = tl.load(cos_ptr + c_off, mask=m2, other=0.0).to(tl.float32)
+    cos2 = tl.load(cos_ptr + c_off + HALF * sc_d, mask=m2, other=0.0).to(tl.float32)
+    t_off = s[:, None] * ss_s + d[None, :] * ss_d
+    sin1 = tl.load(sin_ptr + t_off, mask=m2, other=0.0).to(tl.float32)
+    sin2 = tl.load(sin_ptr + t_off + HALF * ss_d, mask=m2, other=0.0).to(tl.float32)
+
+    x_sd = s[:, None] * sx_s + d[None, :] * sx_d
+    o_sd = s[:, None] * so_s + d[None, :] * so_d
+    for i in tl.static_range(HEADS):
+        bh = pid_h * HEADS + i
+        b = (bh // H).to(tl.int64)
+        h = (bh % H).to(tl.int64)
+        mask = m2 & (bh < BH)
+        xp = x_ptr + b * sx_b + h * sx_h + x_sd
+        x1 = tl.load(xp, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(xp + HALF * sx_d, mask=mask, other=0.0).to(tl.float32)
+        o1 = x1 * cos1 - x2 * sin1
+        o2 = x2 * cos2 + x1 * sin2
+        op = out_ptr + b * so_b + h * so_h + o_sd
+        tl.store(op, o1.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(op + HALF * so_d, o2.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x, cos, sin):
+    assert x.dim() == 4, "x[B, H, S, D]"
+    B, H, S, D = x.shape
+    assert D % 2 == 0, "head_dim must be even"
+    assert cos.shape == (S, D) and sin.shape == (S, D), "cos/sin are [S, D]"
+    out = torch.empty((B, H, S, D), device=x.device, dtype=x.dtype)
+    if out.numel() == 0:
+        return out
+    half = D // 2
+    block_d = triton.next_power_of_2(half)
+    block_s = min(BLOCK_S, triton.next_power_of_2(S))
+    heads = min(HEADS_PER_PROG, triton.next_power_of_2(B * H))
+    grid = (triton.cdiv(S, block_s), triton.cdiv(B * H, heads))
+    _rope_kernel[grid](
+        x, cos, sin, out, B * H, H, S,
+        *x.stride(), *cos.stride(), *sin.stride(), *out.stride(),
+        HALF=half, BLOCK_D=block_d, BLOCK=block_s, HEADS=heads, num_warps=NUM_WARPS,
+    )
+    return out
