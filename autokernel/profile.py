@@ -1,0 +1,443 @@
+"""Where a model spends its time, by kernel type.
+
+Method. Composite ops that are not one aten op get a profiler range "ak::<type>::<label>" for the
+duration of profiling: module forward hooks (…RMSNorm, nn.LayerNorm, SwiGLU MLP blocks, softmax and
+loss modules) and patched functions (transformers' apply_rotary_pos_emb and every attention function
+in its registry, plus each modeling module's eager attention). torch.profiler then records the
+measured forward passes. Each GPU kernel belongs to exactly one CPU event, the one that launched
+it (the profiler links kernels to the innermost op or range active at launch); that event is
+classified by walking up its parents: the innermost ak:: range wins; with none, the outermost aten
+op of a known type (aten::linear over its inner addmm, aten::cross_entropy_loss over its
+log_softmax); else "other". Summing each event's own kernels counts every kernel once.
+
+On the CPU there are no kernels: each event's self CPU time is attributed the same way, and the
+result says so (time_basis "cpu self time").
+
+Entries (the JSON stored in the profiles table, read by extract and the loop), one per kernel type:
+  {"kernel_type", "label", "gpu_ms" (per forward), "share", "calls" (per forward),
+   "shapes": [shape dicts in the spec's keys], "weights": [calls per forward of each shape],
+   "dtype", "amdahl": 1/(1-share), "gemm_ms": GEMM time inside the entry}
+plus a last entry of type "other". LlamaMLP's three GEMMs count as fused_mlp, not matmul; gemm_ms
+lets a reader see the matmul share including them (ProfileResult.matmul_share_incl_mlp).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.autograd.profiler import record_function
+
+from autokernel.models import ModelBundle
+
+RANGE_PREFIX = "ak::"
+MAX_SHAPES = 16
+
+# aten ops that are a kernel type on their own (outside any composite range)
+OP_TYPES: dict[str, str] = {
+    "aten::linear": "matmul", "aten::matmul": "matmul", "aten::mm": "matmul", "aten::addmm": "matmul",
+    "aten::bmm": "matmul", "aten::baddbmm": "matmul", "aten::addbmm": "matmul",
+    "aten::softmax": "softmax", "aten::_softmax": "softmax", "aten::_safe_softmax": "softmax",
+    "aten::layer_norm": "layernorm", "aten::native_layer_norm": "layernorm",
+    "aten::rms_norm": "rmsnorm", "aten::_fused_rms_norm": "rmsnorm",
+    "aten::scaled_dot_product_attention": "flash_attention",
+    "aten::_scaled_dot_product_flash_attention": "flash_attention",
+    "aten::_scaled_dot_product_efficient_attention": "flash_attention",
+    "aten::_scaled_dot_product_cudnn_attention": "flash_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash_attention",
+    "aten::_flash_attention_forward": "flash_attention", "aten::_efficient_attention_forward": "flash_attention",
+    "aten::cross_entropy_loss": "cross_entropy", "aten::nll_loss": "cross_entropy",
+    "aten::nll_loss_nd": "cross_entropy",
+    "aten::sum": "reduce", "aten::mean": "reduce",
+}
+GEMM_OPS = {k for k, v in OP_TYPES.items() if v == "matmul"}
+
+
+@dataclass
+class ProfileResult:
+    model: str
+    entries: list[dict[str, Any]]
+    total_gpu_ms: float  # attributed time per forward (GPU kernels; CPU self time on the CPU)
+    forward_ms: float  # measured forward pass, timed separately (CUDA events on a GPU)
+    device: str
+    time_basis: str  # "gpu kernel time" | "cpu self time"
+    config: dict[str, Any] = field(default_factory=dict)
+    iters: int = 0
+    top_ops: list[dict[str, Any]] = field(default_factory=list)  # plain profiler view, for cross-checks
+
+    def entry(self, kernel_type: str) -> dict[str, Any] | None:
+        return next((e for e in self.entries if e["kernel_type"] == kernel_type), None)
+
+    def classified(self) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e["kernel_type"] != "other"]
+
+    def matmul_share_incl_mlp(self) -> float:
+        """The matmul share when the MLP's GEMMs count as matmul (the usual profiler view)."""
+        mm = self.entry("matmul")
+        mlp = self.entry("fused_mlp")
+        ms = (mm["gpu_ms"] if mm else 0.0) + (mlp.get("gemm_ms", 0.0) if mlp else 0.0)
+        return ms / self.total_gpu_ms if self.total_gpu_ms else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "time_basis": self.time_basis,
+                "total_gpu_ms": self.total_gpu_ms, "forward_ms": self.forward_ms, "iters": self.iters,
+                "config": self.config, "matmul_share_incl_mlp": self.matmul_share_incl_mlp(),
+                "entries": self.entries, "top_ops": self.top_ops}
+
+
+# -- instrumentation ----------------------------------------------------------------------------
+
+def _rows_cols(x: torch.Tensor) -> dict[str, int]:
+    cols = x.shape[-1] if x.dim() else 1
+    return {"rows": x.numel() // max(cols, 1), "cols": cols}
+
+
+def _is_swiglu_mlp(m: nn.Module) -> bool:
+    return all(isinstance(getattr(m, n, None), nn.Linear) for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+def module_kernel_type(m: nn.Module) -> str | None:
+    """The kernel type a whole module computes, or None when its parts are classified separately."""
+    name = type(m).__name__
+    if name.endswith("RMSNorm") or isinstance(m, getattr(nn, "RMSNorm", ())):
+        return "rmsnorm"
+    if isinstance(m, nn.LayerNorm):
+        return "layernorm"
+    if _is_swiglu_mlp(m):
+        return "fused_mlp"
+    if isinstance(m, nn.Softmax):
+        return "softmax"
+    if isinstance(m, nn.CrossEntropyLoss):
+        return "cross_entropy"
+    return None
+
+
+def _module_shapes(kind: str, m: nn.Module, args: tuple) -> list[dict[str, int]]:
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None:
+        return []
+    if kind == "fused_mlp":
+        return [{"tokens": x.numel() // x.shape[-1], "hidden": x.shape[-1], "ffn": m.gate_proj.out_features}]
+    if kind == "cross_entropy":
+        return [{"rows": x.numel() // x.shape[-1], "vocab": x.shape[-1]}]
+    return [_rows_cols(x)]
+
+
+def _attention_shapes(module: Any, q: torch.Tensor, k: torch.Tensor, kwargs: dict) -> list[dict[str, int]]:
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        causal = bool(getattr(module, "is_causal", False)) and q.shape[2] > 1
+    return [{"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "seq": q.shape[2],
+             "head_dim": q.shape[3], "causal": int(bool(causal))}]
+
+
+class Tracker:
+    """Shape records of the composite ranges, made in Python while the profiler runs."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.calls: Counter = Counter()  # kernel type -> calls
+        self.shapes: dict[str, Counter] = defaultdict(Counter)  # kernel type -> shape tuple -> count
+        self.labels: dict[str, Counter] = defaultdict(Counter)
+
+    def record(self, kind: str, label: str, shapes: list[dict[str, int]]) -> None:
+        if not self.active:
+            return
+        self.calls[kind] += 1
+        self.labels[kind][label] += 1
+        for s in shapes:
+            self.shapes[kind][tuple(s.items())] += 1
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.shapes.clear()
+        self.labels.clear()
+
+
+def _modeling_modules() -> list[Any]:
+    return [m for n, m in list(sys.modules.items())
+            if n.startswith("transformers.models.") and ".modeling_" in n and m is not None]
+
+
+def _wrap_attention(fn: Callable, label: str, tracker: Tracker) -> Callable:
+    def wrapped(module, query, key, value, *args, **kwargs):
+        tracker.record("flash_attention", label, _attention_shapes(module, query, key, kwargs))
+        with record_function(f"{RANGE_PREFIX}flash_attention::{label}"):
+            return fn(module, query, key, value, *args, **kwargs)
+    wrapped.__wrapped__ = fn
+    return wrapped
+
+
+def _wrap_rotary(fn: Callable, tracker: Tracker) -> Callable:
+    def wrapped(q, k, *args, **kwargs):
+        shapes = [{"batch": t.shape[0], "heads": t.shape[1], "seq": t.shape[2], "head_dim": t.shape[3]}
+                  for t in (q, k) if isinstance(t, torch.Tensor) and t.dim() == 4]
+        tracker.record("rotary_embedding", fn.__name__, shapes)
+        with record_function(f"{RANGE_PREFIX}rotary_embedding::{fn.__name__}"):
+            return fn(q, k, *args, **kwargs)
+    wrapped.__wrapped__ = fn
+    return wrapped
+
+
+@contextmanager
+def instrument(model: nn.Module) -> Iterator[Tracker]:
+    """Add the classification ranges to `model` (and transformers' functions) for the duration."""
+    tracker = Tracker()
+    handles = []
+    patched: list[tuple[Any, str, Any]] = []
+    open_ranges: dict[int, list] = defaultdict(list)
+
+    for m in model.modules():
+        kind = module_kernel_type(m)
+        if kind is None:
+            continue
+        label = type(m).__name__
+
+        def pre(mod, args, _kind=kind, _label=label):
+            tracker.record(_kind, _label, _module_shapes(_kind, mod, args))
+            rf = record_function(f"{RANGE_PREFIX}{_kind}::{_label}")
+            rf.__enter__()
+            open_ranges[id(mod)].append(rf)
+
+        def post(mod, args, output):
+            stack = open_ranges[id(mod)]
+            if stack:
+                stack.pop().__exit__(None, None, None)
+
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post))
+
+    def patch(obj: Any, attr: str, new: Any) -> None:
+        patched.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, new)
+
+    for mod in _modeling_modules():
+        if callable(getattr(mod, "apply_rotary_pos_emb", None)):
+            patch(mod, "apply_rotary_pos_emb", _wrap_rotary(mod.apply_rotary_pos_emb, tracker))
+        if callable(getattr(mod, "eager_attention_forward", None)):
+            patch(mod, "eager_attention_forward",
+                  _wrap_attention(mod.eager_attention_forward, "eager attention", tracker))
+    registry = None
+    try:
+        from transformers.modeling_utils import AttentionInterface
+        registry = AttentionInterface._global_mapping
+        saved_registry = dict(registry)
+        for key, fn in saved_registry.items():
+            registry[key] = _wrap_attention(fn, f"attention ({key})", tracker)
+    except ImportError:
+        pass
+    try:
+        yield tracker
+    finally:
+        for h in handles:
+            h.remove()
+        for obj, attr, old in reversed(patched):
+            setattr(obj, attr, old)
+        if registry is not None:
+            registry.clear()
+            registry.update(saved_registry)
+
+
+# -- attribution ----------------------------------------------------------------------------------
+
+def _op_shape(kind: str, name: str, shapes: list[list[int]]) -> dict[str, int] | None:
+    """A shape dict in the spec's keys from an aten op's recorded input shapes."""
+    ts = [s for s in shapes if isinstance(s, (list, tuple)) and len(s) > 0]
+    try:
+        if kind == "matmul":
+            if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm"):
+                ts = ts[1:3]
+            a, b = ts[0], ts[1]
+            if name == "aten::linear":  # weight is [N, K]
+                return {"M": prod(a[:-1]), "N": b[0], "K": a[-1]}
+            return {"M": prod(a[:-1]), "N": b[-1], "K": a[-1]}
+        if kind in ("softmax", "layernorm", "rmsnorm", "reduce"):
+            return {"rows": prod(ts[0][:-1]), "cols": ts[0][-1]}
+        if kind == "cross_entropy":
+            return {"rows": prod(ts[0][:-1]), "vocab": ts[0][-1]}
+        if kind == "flash_attention":
+            q, k = ts[0], ts[1]
+            return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "seq": q[2], "head_dim": q[3], "causal": 0}
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+def _classify(evt: Any, cache: dict[int, tuple]) -> tuple[str, str, Any]:
+    """(kernel type, label, the op node that counts as the call) for one profiler event."""
+    key = id(evt)
+    if key in cache:
+        return cache[key]
+    node, best = evt, None
+    while node is not None:
+        name = node.name
+        if name.startswith(RANGE_PREFIX):
+            _, kind, label = name.split("::", 2)
+            best = (kind, label, node)
+            break
+        if name in OP_TYPES:
+            best = (OP_TYPES[name], name, node)  # keep walking: the outermost known op wins
+        node = node.cpu_parent
+    result = best or ("other", evt.name, None)
+    cache[key] = result
+    return result
+
+
+def _own_time_us(evt: Any, on_gpu: bool) -> float:
+    if on_gpu:
+        return float(sum(k.duration for k in evt.kernels))
+    return float(evt.self_cpu_time_total)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_forward(bundle: ModelBundle, iters: int = 10, warmup: int = 2, model: nn.Module | None = None,
+                 inputs: Any = None) -> float:
+    """Median milliseconds of one forward pass: CUDA events on a GPU, perf_counter on the CPU."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            bundle.forward(inputs, model)
+        _sync(bundle.device)
+        for _ in range(iters):
+            if bundle.device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                bundle.forward(inputs, model)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                bundle.forward(inputs, model)
+                times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def profile_model(bundle: ModelBundle, warmup: int = 3, iters: int = 5) -> ProfileResult:
+    """Profile `iters` forward passes after `warmup` ones; entries ranked by time, "other" last."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = bundle.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with torch.inference_mode(), instrument(bundle.model) as tracker:
+        for _ in range(warmup):
+            bundle.forward()
+        _sync(bundle.device)
+        tracker.reset()
+        tracker.active = True
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(iters):
+                with record_function("autokernel.forward"):
+                    bundle.forward()
+            _sync(bundle.device)
+        tracker.active = False
+    forward_ms = time_forward(bundle, iters=max(iters, 3), warmup=1)
+
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU and not e.is_async]
+    cache: dict[int, tuple] = {}
+    time_us: Counter = Counter()
+    gemm_us: Counter = Counter()
+    labels: dict[str, Counter] = defaultdict(Counter)
+    other_ops: Counter = Counter()
+    op_calls: Counter = Counter()
+    op_shapes: dict[str, Counter] = defaultdict(Counter)
+    for evt in events:
+        kind, label, node = _classify(evt, cache)
+        own = _own_time_us(evt, on_gpu)
+        if node is evt and evt.name in OP_TYPES:
+            # an outermost aten op of a known type outside any range: one call of that type
+            op_calls[kind] += 1
+            shape = _op_shape(kind, evt.name, list(evt.input_shapes or []))
+            if shape is not None:
+                op_shapes[kind][tuple(shape.items())] += 1
+        if own <= 0:
+            continue
+        time_us[kind] += own
+        labels[kind][label] += own
+        if kind == "other":
+            other_ops[evt.name] += own
+        elif kind != "matmul" and _classify_ignoring_ranges(evt) == "matmul":
+            gemm_us[kind] += own
+    if on_gpu:
+        # kernels the profiler could not link to a CPU event still cost time: count them as other
+        device_us = sum(e.device_time_total for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU)
+        linked = sum(time_us.values())
+        if device_us > linked:
+            time_us["other"] += device_us - linked
+            other_ops["(kernels not linked to an op)"] += device_us - linked
+
+    total_us = sum(time_us.values())
+    dtype = bundle.dtype_name
+    entries = []
+    for kind, us in time_us.items():
+        if kind == "other":
+            continue
+        calls = tracker.calls.get(kind, 0) + op_calls.get(kind, 0)
+        shape_counts = tracker.shapes.get(kind, Counter()) + op_shapes.get(kind, Counter())
+        entries.append(_entry(kind, us, total_us, calls, shape_counts, labels[kind], iters, dtype, gemm_us[kind]))
+    entries.sort(key=lambda e: -e["gpu_ms"])
+    other = _entry("other", time_us.get("other", 0.0), total_us, 0, Counter(), other_ops, iters, dtype, 0.0)
+    other["top_ops"] = [{"name": n, "gpu_ms": round(us / iters / 1e3, 6)} for n, us in other_ops.most_common(8)]
+    entries.append(other)
+
+    top_ops = []
+    for avg in sorted(prof.key_averages(), key=lambda a: -(a.self_device_time_total if on_gpu else a.self_cpu_time_total))[:15]:
+        us = avg.self_device_time_total if on_gpu else avg.self_cpu_time_total
+        if us > 0:
+            top_ops.append({"name": avg.key, "ms": round(us / iters / 1e3, 6), "calls": avg.count / iters})
+    config = {**bundle.options(), "source": bundle.source, "model_config": bundle.config}
+    return ProfileResult(model=bundle.name, entries=entries, total_gpu_ms=total_us / iters / 1e3,
+                         forward_ms=forward_ms, device=_device_label(bundle.device),
+                         time_basis="gpu kernel time" if on_gpu else "cpu self time", config=config,
+                         iters=iters, top_ops=top_ops)
+
+
+def _classify_ignoring_ranges(evt: Any) -> str | None:
+    node = evt
+    found = None
+    while node is not None and not node.name.startswith(RANGE_PREFIX):
+        if node.name in OP_TYPES:
+            found = OP_TYPES[node.name]
+        node = node.cpu_parent
+    return found
+
+
+def _per_forward(n: float, iters: int) -> float | int:
+    v = n / iters
+    return int(v) if float(v).is_integer() else round(v, 3)
+
+
+def _entry(kind: str, us: float, total_us: float, calls: int, shape_counts: Counter, labels: Counter,
+           iters: int, dtype: str, gemm: float) -> dict[str, Any]:
+    share = us / total_us if total_us else 0.0
+    top = shape_counts.most_common(MAX_SHAPES)
+    return {
+        "kernel_type": kind,
+        "label": ", ".join(n for n, _ in labels.most_common(3)),
+        "gpu_ms": round(us / iters / 1e3, 6),
+        "share": share,
+        "calls": _per_forward(calls, iters),
+        "shapes": [dict(s) for s, _ in top],
+        "weights": [_per_forward(c, iters) for _, c in top],
+        "dtype": dtype,
+        "amdahl": round(1.0 / max(1.0 - share, 1e-6), 4),
+        "gemm_ms": round(gemm / iters / 1e3, 6),
+    }
+
+
+def _device_label(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
