@@ -1,0 +1,308 @@
+"""flash_attention: spec facts, the Triton starter against the float64 SDPA reference (interpreter on
+CPU, real GPU when present), the CUDA starter's compile check and, on the GPU, every default shape
+and dtype for both backends.
+
+Run as a script on a GPU (`python tests/test_kernels_flash_attention.py [--sweep]`) it times both
+starters against F.scaled_dot_product_attention at the default shapes, and with --sweep the Triton
+starter's 16-bit tunables, printing one line per measurement.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autokernel.kernelfile import import_kernel, parse_source, read_kernel_file, with_config
+from autokernel.kernels import get_spec, starter_path
+
+SPEC = get_spec("flash_attention")
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+# tl.dot on bf16 operands returns garbage under the interpreter: bf16 is checked on the GPU only.
+CPU_DTYPES = (torch.float32, torch.float16)
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def shape(b, h, hkv, s, d, causal):
+    return {"batch": b, "heads": h, "kv_heads": hkv, "seq": s, "head_dim": d, "causal": causal}
+
+
+def check(out: torch.Tensor, args: tuple, dtype: torch.dtype) -> None:
+    q = args[0]
+    ref = SPEC.reference(*[a.double() if torch.is_tensor(a) else a for a in args])
+    assert out.shape == q.shape and out.dtype == dtype and out.device == q.device
+    assert not torch.isnan(out).any()
+    atol, rtol = SPEC.tolerance(dtype)
+    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
+
+
+def load(backend: str, config: dict | None = None, tmp_path=None):
+    path = starter_path("flash_attention", backend)
+    if not config:
+        return import_kernel(read_kernel_file(path))
+    target = tmp_path / f"fa_{abs(hash(tuple(sorted(config.items()))))}.py"
+    target.write_text(with_config(path.read_text(), config))
+    return import_kernel(read_kernel_file(target))
+
+
+@pytest.fixture(scope="module")
+def triton_mod():
+    return load("triton")
+
+
+# Small tiles so the interpreter's short sequences still cross several key blocks: the causal
+# split (unmasked blocks left of the diagonal, masked band) and the ragged non-causal tail both run.
+SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 16, "FP32_BLOCK_M": 32, "FP32_BLOCK_N": 16}
+
+
+@pytest.fixture(scope="module")
+def triton_small_tiles(tmp_path_factory):
+    return load("triton", SMALL_TILES, tmp_path_factory.mktemp("fa"))
+
+
+# ---------------------------------------------------------------- spec
+
+
+def test_spec_costs_and_shapes():
+    s = shape(4, 32, 32, 4096, 128, 1)
+    assert SPEC.flops(s, torch.bfloat16) == 4 * 4 * 32 * 4096 * 4096 * 128 / 2
+    assert SPEC.flops(dict(s, causal=0), torch.bfloat16) == 4 * 4 * 32 * 4096 * 4096 * 128
+    g = shape(1, 32, 8, 4096, 128, 1)
+    assert SPEC.bytes(g, torch.bfloat16) == 2 * (2 * 32 * 4096 * 128 + 2 * 8 * 4096 * 128)
+    assert SPEC.bytes(g, torch.float32) == 2 * SPEC.bytes(g, torch.float16)
+    labels = {SPEC.shape_label(x) for x in SPEC.default_shapes}
+    assert {"1x32x32x2048x128x1", "4x32x32x4096x128x1", "1x32x8x4096x128x1"} <= labels
+    assert {x["head_dim"] for x in SPEC.default_shapes} == {64, 128}
+    assert {x["causal"] for x in SPEC.default_shapes} == {0, 1}
+    assert any(x["seq"] == 1 for x in SPEC.edge_shapes)
+    assert SPEC.compute_bound and "cudnn" in SPEC.library_kernel_patterns
+    assert SPEC.parse_shape("1x32x8x2048x128x1") == shape(1, 32, 8, 2048, 128, 1)
+
+
+def test_library_patterns_do_not_match_the_starters_own_kernels():
+    """The anti-cheat must reject SDPA's kernels but not the starters' own."""
+    pats = [p.lower() for p in SPEC.library_kernel_patterns]
+    for name in ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1",
+                 "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>",
+                 "fmha_cutlassF_f32_aligned_64x64_rf_sm80", "void (anonymous namespace)::softmax_warp_forward"):
+        assert any(p in name.lower() for p in pats), name
+    for own in ("_attn_fwd", "fa2_fwd_mma_kernel", "fa_fwd_fp32_kernel"):
+        assert not any(p in own.lower() for p in pats), own
+
+
+def test_reference_is_sdpa_with_gqa_and_causal_mask():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, causal, scale = SPEC.make_inputs(shape(2, 4, 2, 9, 8, 1), torch.float64, "cpu", gen)
+    assert causal is True and scale is None and k.shape == (2, 2, 9, 8)
+    # Written out by hand: kv head h // 2 serves q head h; key j is visible to query i iff j <= i.
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    logits = q @ kk.transpose(-1, -2) / math.sqrt(8)
+    logits = logits.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(SPEC.reference(q, k, v, causal, scale), logits.softmax(-1) @ vv)
+    torch.testing.assert_close(SPEC.reference(q, k, v, False, 0.3),
+                               (q @ kk.transpose(-1, -2) * 0.3).softmax(-1) @ vv)
+
+
+def test_reference_chunks_large_float64_batches(monkeypatch):
+    import autokernel.kernels.flash_attention as fa
+
+    gen = torch.Generator().manual_seed(1)
+    args = SPEC.make_inputs(shape(3, 2, 1, 16, 8, 1), torch.float64, "cpu", gen)
+    whole = SPEC.reference(*args)
+    monkeypatch.setattr(fa, "_CHUNK_ELEMENTS", 1)
+    torch.testing.assert_close(SPEC.reference(*args), whole, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_adversarial_inputs(dtype):
+    gen = torch.Generator().manual_seed(2)
+    s = shape(1, 2, 1, 12, 16, 1)
+    q, k, v, causal, scale = SPEC.make_inputs(s, dtype, "cpu", gen, "large")
+    assert scale == 1.0 and q.dtype == dtype
+    logits = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)
+    assert logits.abs().max() > 100  # exp of these overflows without the running-max subtraction
+    q, k, v, causal, scale = SPEC.make_inputs(s, dtype, "cpu", gen, "equal")
+    ref = SPEC.reference(q.double(), k.double(), v.double(), causal, scale)
+    # Uniform weights over the causal prefix: row i is the mean of v[:i+1].
+    prefix_mean = v.double().cumsum(2) / torch.arange(1, 13, dtype=torch.float64)[:, None]
+    torch.testing.assert_close(ref, prefix_mean.repeat_interleave(2, 1))
+
+
+# ---------------------------------------------------------------- Triton under the interpreter
+
+
+def test_starter_file_format():
+    kf = read_kernel_file(starter_path("flash_attention", "triton"))
+    assert kf.kernel_type == "flash_attention" and kf.backend == "triton" and kf.deterministic
+    assert {"BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES"} <= set(kf.search_space)
+
+
+def test_valid_config(triton_mod):
+    kf = parse_source(starter_path("flash_attention", "triton").read_text())
+    assert triton_mod.valid_config(dict(kf.config)) and triton_mod.valid_config(dict(kf.config, **SMALL_TILES))
+    assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=64, BLOCK_N=128))  # diagonal off-block
+    assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=256, BLOCK_N=128, NUM_STAGES=5))  # smem
+    assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=256, NUM_WARPS=4))  # registers
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("s", SPEC.small_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
+def test_triton_matches_reference(triton_mod, s, dtype):
+    gen = torch.Generator(device=DEVICE).manual_seed(sum(s.values()))
+    for scale in ("normal",) + SPEC.adversarial:
+        args = SPEC.make_inputs(s, dtype, DEVICE, gen, scale)
+        check(triton_mod.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("s", [shape(1, 4, 1, 67, 16, 1), shape(1, 4, 2, 67, 64, 0), shape(2, 2, 2, 48, 32, 1),
+                               shape(1, 2, 1, 100, 40, 1), shape(1, 2, 2, 33, 8, 0)], ids=SPEC.shape_label)
+def test_triton_multi_block(triton_small_tiles, s, dtype):
+    """Several key blocks: unmasked blocks left of the diagonal, the masked band, ragged tails,
+    GQA groups of 2 and 4, head dims that are not a power of two or below tl.dot's 16."""
+    gen = torch.Generator(device=DEVICE).manual_seed(sum(s.values()))
+    for scale in ("normal", "large"):
+        args = SPEC.make_inputs(s, dtype, DEVICE, gen, scale)
+        check(triton_small_tiles.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_triton_model_layouts_and_explicit_scale(triton_small_tiles, dtype):
+    """transformers passes q/k/v as transposed views of [B,S,H,D]; also a head-dim stride of 2."""
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    b, s, h, hkv, d = 2, 45, 4, 2, 32
+    q = torch.randn(b, s, h, d, generator=gen, device=DEVICE).to(dtype).transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, generator=gen, device=DEVICE).to(dtype).transpose(1, 2)
+    v_big = torch.randn(b, hkv, s, 2 * d, generator=gen, device=DEVICE).to(dtype)
+    v = v_big[..., ::2]
+    assert not q.is_contiguous() and v.stride(-1) == 2
+    for causal, scale in ((True, None), (False, 0.05), (True, 0.3)):
+        args = (q, k, v, causal, scale)
+        check(triton_small_tiles.kernel_fn(*args), args, dtype)
+
+
+def test_triton_is_deterministic(triton_small_tiles):
+    gen = torch.Generator(device=DEVICE).manual_seed(4)
+    args = SPEC.make_inputs(shape(1, 2, 1, 40, 16, 1), torch.float16, DEVICE, gen)
+    assert torch.equal(triton_small_tiles.kernel_fn(*args), triton_small_tiles.kernel_fn(*args))
+
+
+# ---------------------------------------------------------------- GPU: every default shape and dtype
+
+
+def gpu_check(mod, s, dtype, scale="normal", seed=5):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    args = SPEC.make_inputs(s, dtype, "cuda", gen, scale)
+    check(mod.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("s", SPEC.default_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
+def test_triton_gpu_default_shapes(triton_mod, s, dtype):
+    gpu_check(triton_mod, s, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
+    for scale in SPEC.adversarial:
+        gpu_check(triton_mod, shape(2, 8, 2, 1000, 128, 1), dtype, scale)
+        gpu_check(triton_mod, shape(2, 8, 8, 777, 64, 0), dtype, scale)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    q = torch.randn(1, 2048, 32, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    k = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    v = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    check(triton_mod.kernel_fn(q, k, v, True, None), (q, k, v, True, None), dtype)
+
+
+@pytest.mark.gpu
+def test_triton_gpu_search_space_corners(tmp_path):
+    """Configs the search proposer will try compile and stay correct on the GPU."""
+    for cfg in ({"BLOCK_M": 64, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2},
+                {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 2,
+                 "FP32_PRECISION": "tf32x3"},
+                {"BLOCK_M": 128, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 4}):
+        mod = load("triton", cfg, tmp_path)
+        for dtype in ALL_DTYPES:
+            gpu_check(mod, shape(2, 8, 2, 1000, 128, 1), dtype)
+            gpu_check(mod, shape(2, 4, 4, 333, 64, 0), dtype)
+
+
+# ---------------------------------------------------------------- speed report (script, not a test)
+
+
+def _tflops(fn, s, dtype):
+    import triton.testing
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    args = SPEC.make_inputs(s, dtype, "cuda", gen)
+    ms = triton.testing.do_bench(lambda: fn(*args), warmup=50, rep=300)
+    return SPEC.flops(s, dtype) / (ms * 1e-3) / 1e12
+
+
+def _sdpa(q, k, v, causal, scale):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+
+
+def main(argv: list[str]) -> None:
+    import os
+    import tempfile
+
+    out_lines = []
+
+    def emit(line):
+        print(line, flush=True)
+        out_lines.append(line)
+
+    mods = {"triton": load("triton")}
+    try:
+        mods["cuda"] = load("cuda")
+    except Exception as exc:  # report, keep timing the rest
+        emit(f"cuda starter unavailable: {type(exc).__name__}: {str(exc)[-300:]}")
+    emit(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    for dtype in (torch.bfloat16, torch.float16):
+        for s in SPEC.default_shapes:
+            ref = _tflops(_sdpa, s, dtype)
+            row = f"{SPEC.shape_label(s):>20} {str(dtype):>15} sdpa {ref:7.1f} TF/s"
+            for name, mod in mods.items():
+                try:
+                    t = _tflops(mod.kernel_fn, s, dtype)
+                    row += f" | {name} {t:7.1f} TF/s ({100 * t / ref:5.1f}%)"
+                except Exception as exc:
+                    row += f" | {name} failed: {type(exc).__name__}: {str(exc)[:200]}"
+            emit(row)
+    if "--sweep" in argv:
+        tmp = tempfile.mkdtemp()
+        from pathlib import Path
+
+        base = mods["triton"]
+        kf = read_kernel_file(starter_path("flash_attention", "triton"))
+        for bm in (64, 128):
+            for bn in (32, 64, 128):
+                for warps in (4, 8):
+                    for stages in (2, 3, 4):
+                        cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, NUM_WARPS=warps, NUM_STAGES=stages)
+                        if not base.valid_config(cfg):
+                            continue
+                        mod = load("triton", cfg, Path(tmp))
+                        row = f"sweep BM{bm} BN{bn} W{warps} S{stages}"
+                        for s in (shape(4, 32, 32, 4096, 128, 1), shape(4, 32, 32, 2048, 128, 0),
+                                  shape(8, 12, 12, 1024, 64, 1)):
+                            try:
+                                row += f" | {SPEC.shape_label(s)} {_tflops(mod.kernel_fn, s, torch.bfloat16):6.1f}"
+                            except Exception as exc:
+                                row += f" | {SPEC.shape_label(s)} failed {type(exc).__name__}"
+                        emit(row)
+    if os.environ.get("OUT"):
+        Path_ = __import__("pathlib").Path
+        Path_(os.environ["OUT"], "flash_attention_speed.txt").write_text("\n".join(out_lines) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
