@@ -1,0 +1,225 @@
+"""One correctness check: fresh inputs, a poisoned call of the candidate, and every comparison
+DESIGN.md 4 asks for (type, shape, dtype, device, NaN/Inf, aliasing, inputs untouched, tolerance).
+
+A failed check raises CheckFailure with a one-line reason; the stage that ran it records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from autokernel.kernels.spec import KernelSpec, Shape
+
+
+class CheckFailure(Exception):
+    """The candidate ran and its result is wrong."""
+
+
+@dataclass
+class CheckReport:
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    outputs: Any = None
+
+
+def make_inputs(spec: KernelSpec, shape: Shape, dtype: torch.dtype, device: str, seed: int,
+                scale: str = "normal") -> tuple:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return tuple(spec.make_inputs(shape, dtype, device, gen, scale))
+
+
+def upcast(args: Sequence) -> tuple:
+    return tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+def reference_outputs(spec: KernelSpec, args: Sequence) -> tuple[Any, Any]:
+    """(reference in float64 where allowed, the reference's output in the real dtype's form).
+
+    The second one fixes what the candidate must return (type, shape, dtype); it is taken from
+    a meta-tensor run when the reference supports it, so it costs nothing at large shapes."""
+    exact = spec.reference(*upcast(args)) if spec.reference_upcast else spec.reference(*args)
+    try:
+        meta = spec.reference(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:
+        meta = spec.reference(*args)
+    return exact, meta
+
+
+# -- poisoning -----------------------------------------------------------------------------------
+
+def _poison_value(dtype: torch.dtype):
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    return True if dtype == torch.bool else torch.iinfo(dtype).max
+
+
+def poison_cuda_cache(nbytes_list: Sequence[int], device: str) -> None:
+    """Fill freed blocks of the CUDA caching allocator with NaN: allocate blocks of the sizes the
+    outputs will need (and larger neighbours), fill, free. An output the candidate allocates
+    with empty() then most likely reuses one, and any element it never writes stays NaN."""
+    blocks = []
+    for n in nbytes_list:
+        for size in (n, n + 512, 2 * n):
+            t = torch.empty(max(size, 512) // 2 + 1, dtype=torch.float16, device=device)
+            t.fill_(float("nan"))
+            blocks.append(t)
+    del blocks
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    """Inside the candidate's call, torch.empty*/new_empty return NaN-filled (or junk-int) tensors,
+    so an output element the kernel never writes is caught on every device (on the CPU the
+    allocator hands out zeroed pages, which would hide it)."""
+    originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
+    orig_new_empty = torch.Tensor.new_empty
+
+    def wrap(fn):
+        def poisoned(*args, **kwargs):
+            t = fn(*args, **kwargs)
+            if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta":
+                t.fill_(_poison_value(t.dtype))
+            return t
+        return poisoned
+
+    try:
+        for name, fn in originals.items():
+            setattr(torch, name, wrap(fn))
+        torch.Tensor.new_empty = wrap(orig_new_empty)
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = orig_new_empty
+
+
+# -- comparisons ----------------------------------------------------------------------------------
+
+def _flat(obj) -> list:
+    return list(obj) if isinstance(obj, (tuple, list)) else [obj]
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def check_structure(out, meta, device: str) -> list[torch.Tensor]:
+    outs, refs = _flat(out), _flat(meta)
+    if isinstance(meta, (tuple, list)) != isinstance(out, (tuple, list)) or len(outs) != len(refs):
+        raise CheckFailure(f"returned {type(out).__name__} of {len(outs)}, expected {type(meta).__name__} "
+                           f"of {len(refs)}")
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if not isinstance(o, torch.Tensor):
+            raise CheckFailure(f"output {i} is a {type(o).__name__}, not a tensor")
+        if tuple(o.shape) != tuple(r.shape):
+            raise CheckFailure(f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+        if o.dtype != r.dtype:
+            raise CheckFailure(f"output {i} has dtype {o.dtype}, expected {r.dtype}")
+        if o.device.type != torch.device(device).type:
+            raise CheckFailure(f"output {i} is on {o.device}, expected {device}")
+    return outs
+
+
+def check_no_alias(outs: Sequence[torch.Tensor], args: Sequence) -> None:
+    for i, o in enumerate(outs):
+        if o.numel() == 0:
+            continue
+        lo, hi = _byte_range(o)
+        for j, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.numel():
+                alo, ahi = _byte_range(a)
+                if lo < ahi and alo < hi:
+                    raise CheckFailure(f"output {i} aliases input {j} (shares its memory)")
+
+
+def snapshot(args: Sequence) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def check_inputs_unchanged(before: Sequence, after: Sequence) -> None:
+    for j, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor):
+            same = (b == a) | (b != b) & (a != a) if b.is_floating_point() else (b == a)
+            if not bool(same.all()):
+                raise CheckFailure(f"the kernel wrote into input {j}")
+
+
+def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tuple[float, float]:
+    """Elementwise |out - ref| <= atol + rtol |ref| against the high-precision reference;
+    NaN/Inf only where the reference has the same value."""
+    max_abs = max_rel = 0.0
+    for i, (o, r) in enumerate(zip(outs, _flat(exact))):
+        o64 = o.detach().to(torch.float64)
+        r64 = r.detach().to(device=o.device, dtype=torch.float64)
+        o_bad, r_bad = ~torch.isfinite(o64), ~torch.isfinite(r64)
+        if bool((o_bad != r_bad).any()):
+            n = int((o_bad & ~r_bad).sum())
+            where = torch.nonzero(o_bad & ~r_bad)[:1].tolist()
+            raise CheckFailure(f"output {i} has {n} NaN/Inf value(s) where the reference is finite "
+                               f"(first at {where[0] if where else '?'})" if n else
+                               f"output {i} is finite where the reference is NaN/Inf")
+        if bool(r_bad.any()):
+            same = (o64[r_bad] == r64[r_bad]) | (torch.isnan(o64[r_bad]) & torch.isnan(r64[r_bad]))
+            if not bool(same.all()):
+                raise CheckFailure(f"output {i}: non-finite values differ from the reference's")
+        ok = ~r_bad
+        if not bool(ok.any()):
+            continue
+        diff = (o64[ok] - r64[ok]).abs()
+        ref_abs = r64[ok].abs()
+        a = float(diff.max())
+        rel = float((diff / ref_abs.clamp_min(1e-30)).max())
+        max_abs, max_rel = max(max_abs, a), max(max_rel, rel)
+        bad = diff > atol + rtol * ref_abs
+        if bool(bad.any()):
+            k = int(bad.sum())
+            worst = int(torch.argmax(torch.where(bad, diff, torch.zeros_like(diff))))
+            raise CheckFailure(f"output {i}: {k} of {diff.numel()} elements outside atol={atol:g} rtol={rtol:g} "
+                               f"(max abs err {a:.3g}, max rel err {rel:.3g}; worst got "
+                               f"{float(o64[ok][worst]):.6g}, expected {float(r64[ok][worst]):.6g})")
+    return max_abs, max_rel
+
+
+def run_check(spec: KernelSpec, fn: Callable, args: tuple, device: str, *, exact=None, meta=None,
+              call_wrapper: Callable | None = None) -> CheckReport:
+    """Call the candidate once on `args` under every guard and judge its output."""
+    if exact is None or meta is None:
+        exact, meta = reference_outputs(spec, args)
+    before = snapshot(args)
+    if device.startswith("cuda"):
+        poison_cuda_cache([r.numel() * r.element_size() for r in _flat(meta)], device)
+    with poisoned_empty():
+        out = call_wrapper(fn, args) if call_wrapper else fn(*args)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    outs = check_structure(out, meta, device)
+    check_no_alias(outs, args)
+    check_inputs_unchanged(before, args)
+    atol, rtol = spec.tolerance(outs[0].dtype if outs[0].is_floating_point() else args[0].dtype)
+    max_abs, max_rel = compare(outs, exact, atol, rtol)
+    return CheckReport(max_abs, max_rel, out)
+
+
+def strided_copy(t: torch.Tensor, pad: int = 3, offset: int = 5) -> torch.Tensor:
+    """The same values in a non-contiguous view with a storage offset: every row padded by `pad`
+    NaN elements (a kernel that ignores the row stride reads NaN) and the view starting `offset`
+    elements into its storage. The last dim stays unit-stride, as slices of real tensors are."""
+    if t.dim() == 0 or t.numel() == 0:
+        return t
+    shape = list(t.shape)
+    strides = [1] * len(shape)
+    if len(shape) >= 2:
+        strides[-2] = shape[-1] + pad
+        for i in range(len(shape) - 3, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+    extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+    fill = float("nan") if t.is_floating_point() else 0
+    base = torch.full((offset + extent + pad,), fill, dtype=t.dtype, device=t.device)
+    view = base.as_strided(shape, strides, storage_offset=offset)
+    view.copy_(t)
+    return view

@@ -1,0 +1,208 @@
+"""Inside the worker: judge one candidate end to end and turn every failure into an outcome.
+
+Order: load (compile errors) -> five stages, each under its own alarm (stop at the first
+failure) -> anti-cheat on the launches seen -> GPU timing of the candidate, eager and
+torch.compile at the timed shapes -> roofline against the measured ceilings.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from autokernel.bench import ceilings as ceil_mod
+from autokernel.bench.checks import CheckFailure, make_inputs
+from autokernel.bench.launches import cheat_reason, short_name
+from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
+                                     StageVerdict)
+from autokernel.bench.stages import STAGE_FUNCS, StageContext
+from autokernel.errors import KernelFileError
+from autokernel.kernels import get_spec
+from autokernel.kernels.spec import dtype_name, to_dtype
+
+# Share of the candidate's time limit each stage may use at most (what is left bounds it too).
+STAGE_SHARE = {"smoke": 0.5, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
+FLAG_SPEEDUP = 10.0
+
+
+class StageTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise StageTimeout()
+
+
+def environment() -> dict:
+    info = ceil_mod.device_info()
+    info["interpreted"] = not torch.cuda.is_available()
+    info["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return info
+
+
+def _tail(text: str, n: int = 3000) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """(outcome, the CUDA context is poisoned and the worker must restart)."""
+    name = type(exc).__name__
+    text = str(exc)
+    if isinstance(exc, StageTimeout):
+        return TIMEOUT, False
+    if isinstance(exc, KernelFileError) or name in ("CompilationError", "CompileTimeAssertionFailure",
+                                                       "BuildError", "CudaBuildError", "CalledProcessError"):
+        return COMPILE_ERROR, False
+    if "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower():
+        return COMPILE_ERROR, False
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
+        return OOM, False
+    if name == "AcceleratorError" or "CUDA error" in text or "illegal memory access" in text or "CUBLAS_STATUS" in text:
+        return CRASHED, True
+    return CRASHED, False
+
+
+def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
+    return max(0.5, min(STAGE_SHARE[name] * timeout_s, deadline - time.monotonic() - 0.5))
+
+
+def judge_request(req: dict) -> dict:
+    try:
+        spec = get_spec(req["kernel_type"])
+    except KeyError as exc:
+        return {"bench_error": str(exc)}
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    if req["backend"] == "cuda" and not cuda:
+        return {"bench_error": "CUDA C++ kernels need a CUDA GPU; this machine has none "
+                               "(Triton kernels run here under the interpreter)"}
+    dt = dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+    shapes = req.get("shapes") or (spec.default_shapes if cuda else spec.small_shapes)
+    shapes = [{k: int(s[k]) for k in spec.shape_keys} for s in shapes]
+    weights = req.get("weights") or [1.0] * len(shapes)
+    if len(weights) != len(shapes):
+        return {"bench_error": f"{len(weights)} weights for {len(shapes)} shapes"}
+    timeout_s = float(req.get("timeout_s") or 600)
+    deadline = time.monotonic() + timeout_s
+    res = BenchResult(kernel_type=spec.name, backend=req["backend"], dtype=dt, shape=shapes[0],
+                      device=environment()["name"], gpu_timing=False)
+    res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
+    restart = False
+    old = signal.signal(signal.SIGALRM, _alarm)
+    stage = "load"
+    try:
+        from autokernel.kernelfile import entry_point, import_kernel, parse_source
+
+        signal.setitimer(signal.ITIMER_REAL, max(0.5, 0.5 * timeout_s))
+        kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
+        mod = import_kernel(kf)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
+                           quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
+                           module_name=mod.__name__)
+        for name, func in STAGE_FUNCS:
+            stage = name
+            signal.setitimer(signal.ITIMER_REAL, _stage_limit(name, timeout_s, deadline))
+            try:
+                verdict = func(ctx)
+            except CheckFailure as exc:
+                verdict = StageVerdict(name, "fail", str(exc))
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            res.stages.append(verdict)
+            if name == "smoke":
+                res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
+                why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda)
+                if verdict.status == "pass" and why:
+                    res.outcome, res.error = CHEAT, why
+                    return {"result": res.to_dict(), "restart": False}
+            if verdict.status == "fail":
+                res.outcome, res.error = INCORRECT, f"{name}: {verdict.detail}"
+                return {"result": res.to_dict(), "restart": False}
+        stage = "timing"
+        res.outcome = CORRECT
+        if cuda:
+            signal.setitimer(signal.ITIMER_REAL, max(1.0, deadline - time.monotonic() - 0.5))
+            _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        else:
+            res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
+    except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
+            raise
+        outcome, restart = classify(exc)
+        res.outcome = outcome
+        if stage != "load" and stage != "timing" and not any(s.name == stage for s in res.stages):
+            res.stages.append(StageVerdict(stage, "error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+        if outcome == TIMEOUT:
+            res.error = f"{stage}: exceeded its time limit"
+        else:
+            res.error = _tail(f"{stage}: " + "".join(traceback.format_exception(exc)))
+        if outcome == CORRECT:
+            res.outcome = CRASHED
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if cuda:
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                restart = True
+    return {"result": res.to_dict(), "restart": restart}
+
+
+def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str, req: dict) -> None:
+    from autokernel.bench import timing
+
+    dtype = to_dtype(dt)
+    per_shape = []
+    lat = eager = comp = 0.0
+    have_eager = have_comp = bool(req.get("baselines", True))
+    flops = nbytes = 0.0
+    vram = 0.0
+    for shape, w in zip(shapes, weights):
+        args = make_inputs(spec, shape, dtype, device, int.from_bytes(os.urandom(3), "little"))
+        t = timing.time_call(fn, args, device)
+        e = c = None
+        if req.get("baselines", True):
+            e, c = timing.baseline_times(spec, shape, dtype, args, device)
+            if e and t["median_us"] * FLAG_SPEEDUP < e:
+                # Too good to be true: time again before reporting, and flag it for review.
+                res.flagged = True
+                t = timing.time_call(fn, args, device, min_reps=200)
+        vram = max(vram, timing.peak_vram_mb(fn, args))
+        per_shape.append({"shape": shape, "weight": w, "latency_us": t["median_us"], "iqr_us": t["iqr_us"],
+                          "reps": t["reps"], "eager_us": e, "compile_us": c})
+        lat += w * t["median_us"]
+        res.latency_iqr_us = (res.latency_iqr_us or 0.0) + w * t["iqr_us"]
+        flops += w * spec.flops(shape, dtype)
+        nbytes += w * spec.bytes(shape, dtype)
+        if e is None:
+            have_eager = False
+        else:
+            eager += w * e
+        if c is None:
+            have_comp = False
+        else:
+            comp += w * c
+        del args
+    res.gpu_timing = True
+    res.latency_us = lat
+    res.eager_us = eager if have_eager else None
+    res.compile_us = comp if have_comp else None
+    res.speedup_vs_eager = eager / lat if have_eager and lat > 0 else None
+    res.speedup_vs_compile = comp / lat if have_comp and lat > 0 else None
+    res.flagged = bool(res.flagged and res.speedup_vs_eager and res.speedup_vs_eager > FLAG_SPEEDUP)
+    res.tflops = flops / (lat * 1e-6) / 1e12 if lat > 0 else None
+    res.gbps = nbytes / (lat * 1e-6) / 1e9 if lat > 0 else None
+    res.peak_vram_mb = vram
+    ceilings = req.get("ceilings") or ceil_mod.ceilings_here()
+    res.pct_peak, res.bound = ceil_mod.pct_of_ceiling(ceilings, spec.compute_bound, dt, res.tflops, res.gbps)
+    res.extra.update(per_shape=per_shape, compile_mode=timing.COMPILE_MODE,
+                     ceilings={k: ceilings.get(k) for k in ("copy_gbps", "matmul_tflops_fp32", "matmul_tflops_fp16",
+                                                            "matmul_tflops_bf16")})

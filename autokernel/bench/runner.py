@@ -1,0 +1,228 @@
+"""The caller's side of the bench: a worker subprocess that judges candidates, one at a time.
+
+`BenchWorker` keeps one child alive across candidates (torch, CUDA context, Triton and
+torch.compile caches, eager/compile baselines stay warm). From the caller's point of view each
+candidate is still isolated: a hang is killed with the child's process group at the limit, a
+crash (exception, signal, illegal memory access) is a result, and a child whose CUDA context
+was poisoned is replaced before the next candidate. This module never imports torch.
+
+Protocol: one JSON request per line on the child's stdin, one JSON reply per line on its
+stdout (the child moves the candidate's own prints to stderr). stderr goes to a file, whose
+tail becomes the error text of a crash or timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from autokernel.bench.isolation import clean_env, describe_exit, kill_group
+from autokernel.bench.result import COMPILE_ERROR, CRASHED, TIMEOUT, BenchResult
+from autokernel.errors import BenchError, KernelFileError
+
+TAIL_CHARS = 4000
+STARTUP_TIMEOUT_S = 180.0  # importing torch + triton (and creating a CUDA context) on a cold machine
+GRACE_S = 5.0  # the child's own stage alarms fire first; the hard kill waits this much longer
+
+
+def _tail(text: str, n: int = TAIL_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+class BenchWorker:
+    """A long-lived judge process. Use as a context manager, or call close()."""
+
+    def __init__(self, *, env: Optional[dict[str, str]] = None, startup_timeout_s: float = STARTUP_TIMEOUT_S,
+                 python: str = sys.executable):
+        self._env = clean_env(env)
+        self._startup_timeout = startup_timeout_s
+        self._python = python
+        self._proc: Optional[subprocess.Popen] = None
+        self._stderr = None
+        self._buf = b""
+        self.info: dict[str, Any] = {}  # the child's hello: device, versions, interpreter mode
+        self.restarts = 0
+
+    # -- process management -----------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._stderr = tempfile.TemporaryFile(prefix="ak-bench-", suffix=".log")
+        self._buf = b""
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(self._env)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._proc = subprocess.Popen(
+            [self._python, "-m", "autokernel.bench.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
+        hello = self._read_reply(self._startup_timeout)
+        if hello is None or not hello.get("ready"):
+            err = self._stderr_tail(0)
+            self._kill()
+            raise BenchError(f"the bench worker did not start: {err or 'no output'}")
+        self.info = hello
+        self.restarts += 1
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            kill_group(self._proc)
+            for stream in (self._proc.stdin, self._proc.stdout):
+                try:
+                    stream.close()
+                except Exception:
+                    pass
+        self._proc = None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self._proc.stdin.write(b'{"op": "exit"}\n')
+                self._proc.stdin.flush()
+                self._proc.wait(timeout=5)
+            except Exception:
+                pass
+        self._kill()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> "BenchWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # a forgotten worker must not outlive its owner
+        try:
+            self._kill()
+        except Exception:
+            pass
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def _stderr_pos(self) -> int:
+        self._stderr.flush()
+        return os.fstat(self._stderr.fileno()).st_size
+
+    def _stderr_tail(self, since: int) -> str:
+        try:
+            self._stderr.seek(since)
+            data = self._stderr.read().decode(errors="replace")
+        except Exception:
+            return ""
+        return _tail(data)
+
+    def _read_reply(self, timeout_s: float) -> Optional[dict]:
+        """One JSON line from the child, or None at EOF / timeout (the caller tells them apart)."""
+        deadline = time.monotonic() + timeout_s
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            return {"garbled": line[-500:].decode(errors="replace")}
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request; returns the reply, or {"died"|"timeout": ..., "error": tail}."""
+        if not self.alive():
+            self._kill()
+            self._start()
+        since = self._stderr_pos()
+        try:
+            self._proc.stdin.write((json.dumps(payload) + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died between requests; the read below reports it
+        reply = self._read_reply(timeout_s)
+        if reply is not None and "garbled" not in reply:
+            if reply.get("restart"):  # e.g. a CUDA error poisoned the context
+                self._kill()
+            return reply
+        if self.alive() and reply is None:
+            self._kill()
+            return {"timeout": True, "error": _tail(f"killed after {timeout_s:.0f} s\n" + self._stderr_tail(since))}
+        code = self._proc.poll() if self._proc is not None else None
+        self._kill()
+        tail = self._stderr_tail(since)
+        return {"died": True, "error": _tail(f"the bench worker {describe_exit(code)}\n{tail}")}
+
+    # -- judging --------------------------------------------------------------------------------
+
+    def judge(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
+              shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
+              quick: bool = False, timeout_s: float = 600, baselines: bool = True,
+              ceilings: dict[str, float] | None = None) -> BenchResult:
+        """Judge one kernel file (path, or source text). Never raises for a bad kernel: every
+        failure of the candidate is an outcome of the returned result."""
+        t0 = time.monotonic()
+        if source is None:
+            if kernel is None:
+                raise BenchError("bench needs a kernel file or its source")
+            try:
+                source = Path(kernel).read_text()
+            except OSError as exc:
+                raise KernelFileError(f"cannot read kernel file {kernel}: {exc.strerror}") from exc
+        from autokernel.kernelfile import parse_source
+
+        try:
+            kf = parse_source(source, Path(kernel) if kernel else None)
+        except KernelFileError as exc:
+            # Static failures need no child: a syntax error or a missing kernel_fn is a compile error.
+            return BenchResult(kernel_type=kernel_type or "", backend="", outcome=COMPILE_ERROR,
+                               error=exc.one_line(), duration_s=time.monotonic() - t0)
+        if kernel_type and kf.kernel_type != kernel_type:
+            raise BenchError(f"the kernel file says KERNEL_TYPE = {kf.kernel_type!r}, not {kernel_type!r}")
+        payload = {"op": "judge", "source": source, "path": str(kernel) if kernel else None,
+                   "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
+                   "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
+                   "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings}
+        reply = self.request(payload, timeout_s + GRACE_S)
+        if "bench_error" in reply:
+            raise BenchError(reply["bench_error"])
+        if "result" in reply:
+            res = BenchResult.from_dict(reply["result"])
+        else:
+            res = BenchResult(kernel_type=kf.kernel_type, backend=kf.backend,
+                              outcome=TIMEOUT if reply.get("timeout") else CRASHED, error=reply.get("error"))
+            res.extra["config"] = kf.config
+            if reply.get("died") and self._proc is None:
+                res.extra["worker_exit"] = "worker died"
+        res.duration_s = time.monotonic() - t0
+        return res
+
+    def calibrate(self, timeout_s: float = 300) -> dict[str, Any]:
+        reply = self.request({"op": "calibrate"}, timeout_s)
+        if "ceilings" not in reply:
+            raise BenchError(f"calibration failed: {reply.get('error') or reply.get('bench_error')}")
+        return reply
+
+
+def bench_file(kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
+               shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
+               quick: bool = False, timeout_s: float = 600, baselines: bool = True,
+               ceilings: dict[str, float] | None = None) -> BenchResult:
+    """Judge one kernel file in a fresh, one-shot worker process (see BenchWorker.judge)."""
+    with BenchWorker() as worker:
+        return worker.judge(kernel, source=source, kernel_type=kernel_type, shapes=shapes, weights=weights,
+                            dtype=dtype, quick=quick, timeout_s=timeout_s, baselines=baselines, ceilings=ceilings)
