@@ -1,0 +1,268 @@
+"""Experiment reports: results.tsv rows, CSV, JSON, a Markdown summary and the progress plot.
+
+Builds and formats text only; the CLI decides where it goes. Never imports torch (the report
+command must start fast), and matplotlib only when a plot is asked for.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from autokernel.errors import ConfigError, NotFoundError
+
+# results.tsv: the ten autoresearch-style columns first, then ours. Order is a contract.
+COLUMNS = (
+    "experiment", "tag", "kernel_type", "throughput_tflops", "latency_us", "pct_peak",
+    "speedup_vs_pytorch", "correctness", "peak_vram_mb", "description",
+    "status", "commit", "speedup_vs_compile", "gbps", "backend", "run",
+)
+FORMATS = ("tsv", "csv", "json", "md")
+# statuses whose numbers a kernel actually achieved (the branch head at some point)
+ACHIEVED = ("kept", "baseline")
+
+
+@dataclass
+class ReportRow:
+    values: dict[str, Any]  # COLUMNS -> value (None when missing)
+    kernel: str  # kernel name, or the type when the experiment has no kernel row
+    share: float = 0.0  # the kernel's share of model time (0 when unknown)
+
+
+def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
+    """One row per experiment of `run_id` (or of every run), ordered by run then number."""
+    if run_id is not None:
+        store.get_run(run_id)  # NotFoundError for an unknown run
+    kernels = {k.id: k for k in store.list_kernels()}
+    rows = []
+    for e in store.list_experiments(run_id=run_id):
+        k = kernels.get(e.kernel_id)
+        values = {
+            "experiment": e.number, "tag": e.tag, "kernel_type": e.kernel_type,
+            "throughput_tflops": e.tflops, "latency_us": e.latency_us, "pct_peak": e.pct_peak,
+            "speedup_vs_pytorch": e.speedup_vs_eager, "correctness": e.correctness,
+            "peak_vram_mb": e.peak_vram_mb, "description": e.description, "status": e.status,
+            "commit": e.commit, "speedup_vs_compile": e.speedup_vs_compile, "gbps": e.gbps,
+            "backend": e.backend, "run": e.run_id,
+        }
+        rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0))
+    return rows
+
+
+def format_report(rows: list[ReportRow], fmt: str) -> str:
+    if fmt == "tsv":
+        return format_tsv(rows)
+    if fmt == "csv":
+        return format_csv(rows)
+    if fmt == "json":
+        return format_json(rows)
+    if fmt == "md":
+        return format_md(rows)
+    raise ConfigError(f"unknown report format {fmt!r}", hint="use one of: " + ", ".join(FORMATS))
+
+
+# -- the table formats ------------------------------------------------------------------------
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return str(value)
+        text = f"{value:.4f}".rstrip("0").rstrip(".")
+        # tiny non-zero values must not print as 0
+        return text if text not in ("0", "-0") or value == 0 else f"{value:.3g}"
+    return str(value)
+
+
+def _tsv_escape(text: str) -> str:
+    # one line per row, one tab per column: escape what would break either
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def format_tsv(rows: list[ReportRow]) -> str:
+    lines = ["\t".join(COLUMNS)]
+    for row in rows:
+        lines.append("\t".join(_tsv_escape(_num(row.values[c])) for c in COLUMNS))
+    return "\n".join(lines) + "\n"
+
+
+def format_csv(rows: list[ReportRow]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([_num(row.values[c]) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def format_json(rows: list[ReportRow]) -> str:
+    def clean(v):
+        # JSON has no NaN/inf: a missing measurement is null either way
+        return None if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))) else v
+
+    return json.dumps([{c: clean(row.values[c]) for c in COLUMNS} for row in rows], indent=2) + "\n"
+
+
+# -- the Markdown summary ---------------------------------------------------------------------
+
+
+@dataclass
+class KernelSummary:
+    kernel: str
+    kernel_type: str
+    backend: str
+    share: float
+    experiments: int
+    kept: int
+    failed: int  # incorrect, crashed, timeout
+    best_vs_eager: Optional[float]
+    best_vs_compile: Optional[float]
+    best_latency_us: Optional[float]
+    baseline_latency_us: Optional[float]
+
+
+def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
+    """Per kernel, in order of first appearance: counts and the best numbers it achieved."""
+    groups: dict[str, list[ReportRow]] = {}
+    for row in rows:
+        groups.setdefault(row.kernel, []).append(row)
+    out = []
+    for name, group in groups.items():
+        achieved = [r.values for r in group if r.values["status"] in ACHIEVED and r.values["correctness"] != "FAIL"]
+
+        def best(key, pick):
+            vals = [v[key] for v in achieved if v[key] is not None]
+            return pick(vals) if vals else None
+
+        baselines = [r.values["latency_us"] for r in group
+                     if r.values["status"] == "baseline" and r.values["latency_us"] is not None]
+        out.append(KernelSummary(
+            kernel=name, kernel_type=group[0].values["kernel_type"], backend=group[0].values["backend"],
+            share=group[0].share, experiments=len(group),
+            kept=sum(r.values["status"] == "kept" for r in group),
+            failed=sum(r.values["status"] in ("incorrect", "crashed", "timeout") for r in group),
+            best_vs_eager=best("speedup_vs_pytorch", max), best_vs_compile=best("speedup_vs_compile", max),
+            best_latency_us=best("latency_us", min), baseline_latency_us=baselines[0] if baselines else None,
+        ))
+    return out
+
+
+def amdahl(summaries: list[KernelSummary]) -> Optional[float]:
+    """Model speed-up 1 / (1 - sum f_i (1 - 1/s_i)) from each kernel's share and best speed-up."""
+    terms = [(s.share, s.best_vs_eager) for s in summaries if s.share > 0 and s.best_vs_eager]
+    if not terms:
+        return None
+    saved = sum(f * (1.0 - 1.0 / sp) for f, sp in terms)
+    return 1.0 / (1.0 - saved) if saved < 1.0 else None
+
+
+def _x(value: Optional[float], suffix: str = "x") -> str:
+    return "–" if value is None else f"{value:.2f}{suffix}"
+
+
+def format_md(rows: list[ReportRow]) -> str:
+    if not rows:
+        return "# AutoKernel report\n\nNo experiments recorded yet.\n"
+    summaries = summarize(rows)
+    runs = sorted({r.values["run"] for r in rows if r.values["run"] is not None})
+    lines = ["# AutoKernel report", ""]
+    if runs:
+        lines += [f"Run{'s' if len(runs) > 1 else ''}: {', '.join(str(r) for r in runs)}", ""]
+    lines += [
+        "| kernel | type | backend | share | experiments | kept | failed | best vs eager | best vs compile "
+        "| best latency (us) | baseline (us) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        share = f"{100 * s.share:.1f}%" if s.share else "–"
+        best_lat = "–" if s.best_latency_us is None else _num(s.best_latency_us)
+        base_lat = "–" if s.baseline_latency_us is None else _num(s.baseline_latency_us)
+        lines.append(f"| {_md_cell(s.kernel)} | {s.kernel_type} | {s.backend} | {share} | {s.experiments} | {s.kept} "
+                     f"| {s.failed} | {_x(s.best_vs_eager)} | {_x(s.best_vs_compile)} | {best_lat} | {base_lat} |")
+    total = len(rows)
+    kept = sum(s.kept for s in summaries)
+    overall = f"{total} experiment{'s' if total != 1 else ''} on {len(summaries)} kernel" \
+              f"{'s' if len(summaries) != 1 else ''}, {kept} kept"
+    best = max((s for s in summaries if s.best_vs_eager), key=lambda s: s.best_vs_eager, default=None)
+    if best is not None:
+        overall += f"; best speed-up vs eager PyTorch {_x(best.best_vs_eager)} ({best.kernel})"
+    model = amdahl(summaries)
+    if model is not None:
+        overall += f"; estimated model speed-up (Amdahl, from profile shares) {_x(model)}"
+    lines += ["", overall + ".", ""]
+    return "\n".join(lines)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# -- the progress plot ------------------------------------------------------------------------
+
+
+def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKernel progress") -> Path:
+    """Speed-up vs eager over experiment number, one colour per kernel: kept experiments marked,
+    the others faint, and each kernel's running best as a step line. Written as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    several_runs = len({r.values["run"] for r in rows}) > 1
+    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
+    try:
+        groups: dict[str, list[tuple[int, ReportRow]]] = {}
+        for i, row in enumerate(rows, start=1):
+            x = i if several_runs else (row.values["experiment"] or i)
+            groups.setdefault(row.kernel, []).append((x, row))
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for idx, (name, pts) in enumerate(groups.items()):
+            colour = colours[idx % len(colours)]
+            measured = [(x, r) for x, r in pts if r.values["speedup_vs_pytorch"] is not None]
+            faint = [(x, r.values["speedup_vs_pytorch"]) for x, r in measured if r.values["status"] not in ACHIEVED]
+            kept = [(x, r.values["speedup_vs_pytorch"]) for x, r in measured if r.values["status"] in ACHIEVED]
+            if faint:
+                ax.scatter(*zip(*faint), s=14, color=colour, alpha=0.25, linewidths=0)
+            if kept:
+                ax.scatter(*zip(*kept), s=46, color=colour, edgecolors="black", linewidths=0.7, zorder=3,
+                           label=f"{name} (kept)")
+                # running best: the branch head's speed-up after each experiment
+                xs, ys, best = [], [], None
+                for x, r in measured:
+                    sp = r.values["speedup_vs_pytorch"]
+                    if r.values["status"] in ACHIEVED and (best is None or sp > best):
+                        best = sp
+                    if best is not None:
+                        xs.append(x)
+                        ys.append(best)
+                ax.step(xs, ys, where="post", color=colour, linewidth=1.6, alpha=0.9)
+        if not rows:
+            ax.text(0.5, 0.5, "no experiments yet", ha="center", va="center", transform=ax.transAxes)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("experiment (all runs, in order)" if several_runs else "experiment")
+        ax.set_ylabel("speed-up vs eager PyTorch")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def missing_run(run_id: int) -> NotFoundError:
+    return NotFoundError(f"run {run_id} not found", hint="`autokernel report` without --run lists every run")

@@ -1,0 +1,178 @@
+"""`autokernel report` on a real store: every format, filtering by run, the plot, no torch import."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from report_fixtures import DESC, fill_store
+
+from autokernel.errors import NotFoundError
+from autokernel.report import COLUMNS, amdahl, build_rows, format_md, format_tsv, summarize
+from autokernel.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = ("experiment\ttag\tkernel_type\tthroughput_tflops\tlatency_us\tpct_peak\tspeedup_vs_pytorch\tcorrectness\t"
+          "peak_vram_mb\tdescription\tstatus\tcommit\tspeedup_vs_compile\tgbps\tbackend\trun")
+
+
+@pytest.fixture
+def filled(home):
+    ids = fill_store(home.db)
+    return home, ids
+
+
+def test_tsv_columns_rows_and_escaping(filled, run_cli):
+    home, ids = filled
+    code, out, err = run_cli("report")
+    assert code == 0, err
+    lines = out.split("\n")
+    assert lines[0] == HEADER and lines[-1] == ""
+    rows = [line.split("\t") for line in lines[1:-1]]
+    assert len(rows) == 7 and all(len(r) == 16 for r in rows)
+    by_tag = {r[1]: dict(zip(COLUMNS, r)) for r in rows}
+    kept = by_tag["rmsnorm-e2"]
+    assert kept == {
+        "experiment": "2", "tag": "rmsnorm-e2", "kernel_type": "rmsnorm", "throughput_tflops": "0.3125",
+        "latency_us": "80", "pct_peak": "24.375", "speedup_vs_pytorch": "1.25", "correctness": "PASS",
+        "peak_vram_mb": "12", "description": "block 256\\twith a tab\\nand a newline", "status": "kept",
+        "commit": "b" * 40, "speedup_vs_compile": "1", "gbps": "1125", "backend": "triton", "run": str(ids["run1"]),
+    }
+    broken = by_tag["rmsnorm-e4"]
+    assert broken["latency_us"] == "" and broken["speedup_vs_pytorch"] == "" and broken["correctness"] == "FAIL"
+    assert by_tag["reduce-e1"]["run"] == str(ids["run2"]) and by_tag["reduce-e1"]["backend"] == "cuda"
+    assert [r[0] for r in rows] == ["1", "2", "3", "4", "5", "6", "1"]
+
+
+def test_run_filter_and_unknown_run(filled, run_cli):
+    home, ids = filled
+    code, out, _ = run_cli("report", "--run", str(ids["run2"]))
+    assert code == 0
+    assert out.splitlines()[1:] == ["1\treduce-e1\treduce\t\t\t\t\tERROR\t\tillegal memory access\tcrashed\t\t\t\tcuda\t"
+                                    + str(ids["run2"])]
+    code, out, err = run_cli("report", "--run", "99")
+    assert code == NotFoundError.exit_code and out == ""
+    assert err.strip().count("\n") == 0 and "run 99 not found" in err
+    with Store(home.db) as store, pytest.raises(NotFoundError):
+        build_rows(store, 99)
+
+
+def test_csv_matches_tsv(filled, run_cli):
+    _, out_tsv, _ = run_cli("report", "--format", "tsv")
+    code, out_csv, _ = run_cli("report", "--format", "csv")
+    assert code == 0
+    parsed = list(csv.reader(io.StringIO(out_csv)))
+    assert tuple(parsed[0]) == COLUMNS
+    tsv_rows = [line.split("\t") for line in out_tsv.splitlines()[1:]]
+    assert len(parsed) - 1 == len(tsv_rows) == 7
+    for c_row, t_row in zip(parsed[1:], tsv_rows):
+        c = dict(zip(COLUMNS, c_row))
+        t = dict(zip(COLUMNS, t_row))
+        assert {k: v for k, v in c.items() if k != "description"} == {k: v for k, v in t.items() if k != "description"}
+    assert parsed[2][COLUMNS.index("description")] == DESC  # CSV quotes instead of escaping
+
+
+def test_json_numbers_and_nulls(filled, run_cli, tmp_path):
+    target = tmp_path / "out" / "results.json"
+    code, out, err = run_cli("report", "--format", "json", "--output", str(target))
+    assert code == 0 and out == "" and "wrote 7 experiments" in err
+    data = json.loads(target.read_text())
+    assert len(data) == 7 and all(list(d) == list(COLUMNS) for d in data)
+    kept = data[1]
+    assert kept["experiment"] == 2 and kept["speedup_vs_pytorch"] == 1.25 and kept["latency_us"] == 80.0
+    assert kept["description"] == DESC and kept["run"] == 1
+    assert data[3]["latency_us"] is None and data[3]["throughput_tflops"] is None
+
+
+def test_markdown_summary(filled, run_cli):
+    code, out, _ = run_cli("report", "--format", "md")
+    assert code == 0
+    rms = next(line for line in out.splitlines() if line.startswith("| llama.rmsnorm"))
+    cells = [c.strip() for c in rms.strip("|").split("|")]
+    # kernel, type, backend, share, experiments, kept, failed, vs eager, vs compile, best latency, baseline
+    assert cells == ["llama.rmsnorm", "rmsnorm", "triton", "10.0%", "4", "1", "1", "1.25x", "1.00x", "80", "100"]
+    sm = next(line for line in out.splitlines() if line.startswith("| llama.softmax"))
+    assert "2.00x" in sm and "1.50x" in sm
+    assert "| reduce |" in out  # an experiment without a kernel row is grouped by its type
+    # 1 / (1 - (0.10 * (1 - 1/1.25) + 0.05 * (1 - 1/2))) = 1 / 0.955
+    assert "7 experiments on 3 kernels, 2 kept" in out and "(Amdahl, from profile shares) 1.05x" in out
+
+
+def test_summary_and_amdahl_values(filled):
+    home, ids = filled
+    with Store(home.db) as store:
+        rows = build_rows(store, ids["run1"])
+    summaries = {s.kernel: s for s in summarize(rows)}
+    assert summaries["llama.rmsnorm"].best_latency_us == 80.0  # the reverted 90us and failed row do not count
+    assert summaries["llama.softmax"].kept == 1 and summaries["llama.softmax"].experiments == 2
+    assert amdahl(list(summaries.values())) == pytest.approx(1 / 0.955)
+
+
+def test_empty_store_every_format(home, run_cli):
+    for fmt, expected in (("tsv", HEADER + "\n"), ("csv", ",".join(COLUMNS) + "\n"), ("json", "[]\n")):
+        code, out, _ = run_cli("report", "--format", fmt)
+        assert (code, out) == (0, expected), fmt
+    code, out, _ = run_cli("report", "--format", "md")
+    assert code == 0 and "No experiments recorded yet." in out
+    assert not home.db.exists()  # reporting created no database
+    assert format_tsv([]) == HEADER + "\n" and "No experiments" in format_md([])
+
+
+def test_bad_format_is_a_usage_error(home, run_cli):
+    code, _, _ = run_cli("report", "--format", "xml")
+    assert code == 2
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_written_as_png(filled, run_cli, tmp_path):
+    home, ids = filled
+    plot = tmp_path / "plots" / "progress.png"
+    code, out, err = run_cli("report", "--run", str(ids["run1"]), "--plot", str(plot))
+    assert code == 0 and "plot written" in err
+    assert out.startswith(HEADER)
+    w, h = _png_size(plot)
+    assert (w, h) == (1100, 605)
+    # the picture is not blank: count distinct colours in the raw image via matplotlib's reader
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(plot)
+    assert len({tuple(px) for px in img.reshape(-1, img.shape[-1])[::7].tolist()}) > 20
+
+
+def test_plot_of_empty_store(home, run_cli, tmp_path):
+    plot = tmp_path / "empty.png"
+    code, _, _ = run_cli("report", "--plot", str(plot))
+    assert code == 0 and _png_size(plot) == (1100, 605)
+
+
+def test_report_command_does_not_import_torch(tmp_path):
+    fill_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+                "AUTOKERNEL_HOME": str(tmp_path / "home")}
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from report_fixtures import fill_store\n"
+            "Path(sys.argv[1]).mkdir(parents=True)\n"
+            "fill_store(Path(sys.argv[1]) / 'autokernel.db')\n"
+            "from autokernel.cli.app import main\n"
+            "for fmt in ('tsv', 'md'):\n"
+            "    try:\n"
+            "        main(['report', '--format', fmt])\n"
+            "    except SystemExit as exc:\n"
+            "        assert not exc.code, exc.code\n"
+            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "home")], capture_output=True, text=True,
+                         env=fill_env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "TORCH False" in res.stderr
+    assert res.stdout.startswith(HEADER) and "llama.rmsnorm" in res.stdout
