@@ -41,9 +41,10 @@ def root(
 from autokernel.cli import export as _export  # noqa: E402
 from autokernel.cli import extract as _extract  # noqa: E402
 from autokernel.cli import profile as _profile  # noqa: E402
+from autokernel.cli import verify as _verify  # noqa: E402
 from autokernel.cli import report as _report  # noqa: E402
 
-_COMMAND_MODULES: tuple = (_profile, _extract, _export, _report)
+_COMMAND_MODULES: tuple = (_profile, _extract, _verify, _export, _report)
 
 for _module in _COMMAND_MODULES:
     _module.register(app)

@@ -1,0 +1,76 @@
+"""`autokernel verify`: the model with its best kernels plugged in vs the original."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from autokernel.cli.console import err, out
+
+
+def _fmt(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{suffix}"
+
+
+def verify_table(data: dict[str, Any]) -> Table:
+    table = Table(title=f"verify {data['model']} on {data['device']} ({data['dtype']})")
+    for col in ("kernel", "type", "from", "kernel speed-up", "calls", "fallbacks", "rel. error alone", "status"):
+        table.add_column(col)
+    for k in data["kernels"]:
+        status = "[green]plugged[/]" if k["ok"] else f"[red]left out[/]: {k['error']}"
+        if k["ok"] and k["error"]:
+            status += f" ({k['error']})"
+        table.add_row(k["name"], k["kernel_type"], k["source"], f"{k['speedup']:.2f}x", str(k["calls"]),
+                      str(k["fallbacks"]), _fmt(k["rel_error"], ".2e"), status)
+    return table
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    lines = [f"outputs: relative error {_fmt(data['rel_error'], '.2e')} (tolerance {data['tolerance']:g}), "
+             f"max abs {_fmt(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
+    if data["eager_ms"] is not None:
+        lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
+                     f"torch.compile {_fmt(data['compile_ms'])} ms")
+        lines.append(f"end-to-end speed-up {_fmt(data['speedup_vs_eager'], '.3f', 'x')} vs eager, "
+                     f"{_fmt(data['speedup_vs_compile'], '.3f', 'x')} vs torch.compile; "
+                     f"Amdahl prediction {_fmt(data['amdahl_prediction'], '.3f', 'x')}")
+    lines.extend(data.get("notes", []))
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("verify")
+    def verify_cmd(
+        ctx: typer.Context,
+        run: Optional[int] = typer.Option(None, "--run", help="Verify the model of this run (default: the latest)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to verify (default: the run's)."),
+        kernel: Optional[list[str]] = typer.Option(None, "--kernel", help="Only these kernels (repeatable)."),
+        iters: Optional[int] = typer.Option(None, "--iters", help="Timed forward passes (0: no timing)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        """Plug the best kernels into the model, compare outputs with the original, time the forward pass."""
+        from autokernel.errors import VerifyMismatchError
+        from autokernel.store import Store
+        from autokernel.verify import verify
+        from autokernel.workspace import Workspace
+
+        paths = ctx.obj.ensure()
+        with Store(paths.db) as store:
+            result = verify(store, Workspace.open(paths), run_id=run, model=model, kernels=kernel or None,
+                            time_iters=iters)
+        data = result.to_dict()
+        if as_json:
+            out.print_json(json.dumps(data, default=str))
+        else:
+            out.print(verify_table(data))
+            for line in summary_lines(data):
+                out.print(line)
+            out.print(f"recorded as run {result.run_id}")
+        for name in data["failed"]:
+            err.print(f"left out {name}: it failed inside the model")
+        if not result.ok:
+            raise VerifyMismatchError(f"the optimized {result.model} differs from the original: relative "
+                                      f"error {result.rel_error:.3g} > {result.tolerance:g}")

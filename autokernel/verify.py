@@ -1,0 +1,242 @@
+"""Prove the optimized model still computes the same thing, and measure what it gained.
+
+For the run's model (options from its profile): take the best kept kernel of every optimized type
+(Store.best_experiment -> its commit in the workspace; else the branch head; else the starter),
+plug each one alone into the model and compare against the original on fresh inputs; a kernel that
+raises or mismatches is reported by name and left out. The survivors are then plugged together,
+compared again, and the whole forward pass is timed against eager and torch.compile. The
+end-to-end speed-up is reported next to the Amdahl prediction 1 / (1 - sum f_i (1 - 1/s_i)) with
+f_i the profile's shares and s_i the best experiments' speed-ups over eager.
+
+The result is recorded as a run of kind "verify" (options in config_json, the result JSON in notes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from autokernel.errors import NotFoundError
+from autokernel.extract import resolve_profile
+from autokernel.kernelfile import entry_point, import_kernel, parse_source
+from autokernel.kernels import KERNEL_TYPES, starter_path
+from autokernel.models import ModelBundle, load_model, output_tensor
+from autokernel.plug import plugged
+from autokernel.profile import time_forward
+from autokernel.store import Store
+
+# Relative L2 error allowed between the plugged and the original model's outputs. Whole-model
+# errors compound over layers, so these are looser than one kernel's tolerances.
+REL_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+FRESH_SEED = 4242  # not the profiling seed (0): kernels are checked on inputs they have not seen
+
+
+@dataclass
+class KernelVerdict:
+    name: str
+    kernel_type: str
+    source: str  # "experiment N (sha)" | "branch head" | "starter"
+    speedup: float  # vs eager, from its best experiment (1.0 when none)
+    ok: bool = False
+    rel_error: float | None = None
+    max_abs_error: float | None = None
+    calls: int = 0
+    fallbacks: int = 0
+    error: str | None = None
+
+
+@dataclass
+class VerifyResult:
+    model: str
+    options: dict[str, Any]
+    device: str
+    dtype: str
+    kernels: list[KernelVerdict]
+    ok: bool  # the combined model matches the original
+    rel_error: float | None
+    max_abs_error: float | None
+    tolerance: float
+    eager_ms: float | None = None
+    plugged_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    amdahl_prediction: float | None = None
+    run_id: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[KernelVerdict]:
+        return [k for k in self.kernels if not k.ok]
+
+    @property
+    def plugged(self) -> list[KernelVerdict]:
+        return [k for k in self.kernels if k.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["failed"] = [k.name for k in self.failed]
+        return d
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(relative L2 error, max abs error); NaN/inf or a shape change count as infinitely wrong."""
+    if out.shape != ref.shape or not torch.isfinite(out).all():
+        return math.inf, math.inf
+    diff = (out.double() - ref.double())
+    rel = (diff.norm() / ref.double().norm().clamp_min(1e-30)).item()
+    return rel, diff.abs().max().item()
+
+
+def amdahl(shares_speedups: list[tuple[float, float]]) -> float:
+    saved = sum(f * (1.0 - 1.0 / s) for f, s in shares_speedups if s and s > 0)
+    return 1.0 / max(1.0 - saved, 1e-9)
+
+
+def _load_fn(source: str) -> Callable:
+    return entry_point(import_kernel(parse_source(source)))
+
+
+def _candidates(store: Store, workspace: Any, model: str, names: list[str] | None) -> list[tuple[Any, str, str, float]]:
+    """(kernel row, source, where it came from, speed-up) of the best kernel per type."""
+    rows = store.list_kernels(model=model)
+    if names:
+        missing = set(names) - {k.name for k in rows}
+        if missing:
+            raise NotFoundError(f"kernel(s) {', '.join(sorted(missing))} not found for {model}")
+        rows = [k for k in rows if k.name in names]
+    best_per_type: dict[str, tuple] = {}
+    for k in rows:
+        if k.kernel_type not in KERNEL_TYPES:
+            continue
+        best = store.best_experiment(k.id)
+        if best is not None and best.commit and workspace is not None:
+            source, origin = workspace.read(k.name, best.commit), f"experiment {best.number} ({best.commit[:10]})"
+        elif workspace is not None and workspace.has_kernel(k.name):
+            source, origin = workspace.read(k.name), "branch head"
+        else:
+            source, origin = starter_path(k.kernel_type, k.backend).read_text(), "starter"
+        speedup = float(best.speedup_vs_eager) if best is not None and best.speedup_vs_eager else 1.0
+        current = best_per_type.get(k.kernel_type)
+        if current is None or speedup > current[3]:
+            best_per_type[k.kernel_type] = (k, source, origin, speedup)
+    return list(best_per_type.values())
+
+
+def _run_model(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable]) -> tuple[torch.Tensor, Any]:
+    with torch.inference_mode(), plugged(bundle.model, kernels) as rep:
+        out = output_tensor(bundle.forward(inputs)).float().clone()
+    return out, rep
+
+
+def _time_all(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable], iters: int,
+              with_compile: bool, notes: list[str]) -> tuple[float, float, float | None]:
+    eager = time_forward(bundle, iters=iters, inputs=inputs)
+    with plugged(bundle.model, kernels):
+        fast = time_forward(bundle, iters=iters, inputs=inputs)
+    compiled_ms = None
+    if with_compile:
+        try:
+            compiled = torch.compile(bundle.model)
+            compiled_ms = time_forward(bundle, iters=iters, warmup=3, inputs=inputs, model=compiled)
+        except Exception as exc:  # torch.compile failing is a fact to report, not a verify failure
+            notes.append(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
+    return eager, fast, compiled_ms
+
+
+def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: str | None = None,
+           batch: int | None = None, seq: int | None = None, dtype: str | None = None, device: str | None = None,
+           kernels: list[str] | None = None, time_iters: int | None = None,
+           with_compile: bool | None = None, record: bool = True,
+           bundle: ModelBundle | None = None) -> VerifyResult:
+    """Plug the best kernels into the model, check outputs, time the forward pass; see module doc."""
+    if run_id is not None:
+        run = store.get_run(run_id)
+        model = model or run.model
+    if model is None:
+        latest = store.latest_run("loop") or None
+        model = latest.model if latest is not None and latest.model else resolve_profile(store).model
+    profile = store.latest_profile(model)
+    opts = json.loads(profile.config_json) if profile is not None else {}
+    batch = batch or opts.get("batch") or 1
+    seq = seq or opts.get("seq")
+    dtype = dtype or opts.get("dtype")
+    if device is None and opts.get("device"):
+        device = "cuda" if opts["device"].startswith("cuda") and torch.cuda.is_available() else "cpu"
+    if bundle is None:
+        bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
+    on_gpu = bundle.device.type == "cuda"
+    shares = {e["kernel_type"]: float(e["share"]) for e in json.loads(profile.entries_json)} if profile else {}
+
+    inputs = bundle.make_inputs(FRESH_SEED)
+    with torch.inference_mode():
+        ref = output_tensor(bundle.forward(inputs)).float().clone()
+    tol = REL_TOLERANCE[bundle.dtype_name]
+
+    verdicts: list[KernelVerdict] = []
+    good: dict[str, Callable] = {}
+    for row, source, origin, speedup in _candidates(store, workspace, model, kernels):
+        v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin, speedup=speedup)
+        verdicts.append(v)
+        try:
+            fn = _load_fn(source)
+            out, rep = _run_model(bundle, inputs, {row.kernel_type: fn})
+            v.calls, v.fallbacks = rep.calls[row.kernel_type], rep.fallbacks[row.kernel_type]
+            v.rel_error, v.max_abs_error = compare(out, ref)
+            v.ok = v.rel_error <= tol
+            if not v.ok:
+                v.error = f"outputs differ when plugged alone: relative error {v.rel_error:.3g} > {tol:g}"
+            elif v.calls == 0:
+                v.error = "the model never called it (nothing of this type to replace)"
+        except Exception as exc:  # an untrusted kernel may fail in any way; it is left out, not fatal
+            v.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            tail = traceback.format_exc().strip().splitlines()[-1]
+            v.error += f" [{tail[:200]}]" if tail not in v.error else ""
+        if v.ok:
+            good[row.kernel_type] = fn
+
+    result = VerifyResult(model=model, options=bundle.options(), device=_device_label(bundle),
+                          dtype=bundle.dtype_name, kernels=verdicts, ok=True, rel_error=0.0, max_abs_error=0.0,
+                          tolerance=tol)
+    if good:
+        out, rep = _run_model(bundle, inputs, good)
+        result.rel_error, result.max_abs_error = compare(out, ref)
+        result.ok = result.rel_error <= tol
+        for v in result.plugged:
+            v.calls, v.fallbacks = rep.calls[v.kernel_type], rep.fallbacks[v.kernel_type]
+        if not result.ok:
+            result.notes.append(f"each kernel matched alone but together the relative error is "
+                                f"{result.rel_error:.3g} > {tol:g}")
+    else:
+        result.notes.append("no kernel could be plugged in; the model ran as eager PyTorch")
+
+    iters = time_iters if time_iters is not None else (20 if on_gpu else 2)
+    if iters > 0:
+        use_compile = on_gpu if with_compile is None else with_compile
+        result.eager_ms, result.plugged_ms, result.compile_ms = _time_all(bundle, inputs, good, iters,
+                                                                          use_compile, result.notes)
+        result.speedup_vs_eager = result.eager_ms / result.plugged_ms if result.plugged_ms else None
+        if result.compile_ms:
+            result.speedup_vs_compile = result.compile_ms / result.plugged_ms
+        if not on_gpu:
+            result.notes.append("timed on the CPU (Triton interpreter when no GPU): the times say nothing "
+                                "about GPU speed")
+    result.amdahl_prediction = amdahl([(shares.get(v.kernel_type, 0.0), v.speedup) for v in result.plugged])
+
+    if record:
+        run = store.create_run("verify", model=model, config=bundle.options(), device=result.device)
+        result.run_id = run.id
+        store.update_run(run.id, notes=json.dumps(result.to_dict()))
+        store.finish_run(run.id, "finished" if result.ok else "failed")
+    return result
+
+
+def _device_label(bundle: ModelBundle) -> str:
+    if bundle.device.type == "cuda":
+        return torch.cuda.get_device_name(bundle.device)
+    return "cpu"
