@@ -1,0 +1,7 @@
+"""CUDA C++ kernels: the build helper (build.py) and the CUDA starting kernels (starters/)."""
+
+from autokernel.cuda.build import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, compile_check, dtype_code,
+                                   load_extension, nvcc_available)
+
+__all__ = ["DTYPE_BF16", "DTYPE_F16", "DTYPE_F32", "compile_check", "dtype_code", "load_extension",
+           "nvcc_available"]
