@@ -132,3 +132,135 @@ def test_triton_gpu_adversarial(triton_mod, dtype):
     for scale in SPEC.adversarial:
         args = SPEC.make_inputs({"tokens": 256, "hidden": 4096, "ffn": 11008}, dtype, "cuda", gen, scale)
         check(triton_mod.kernel_fn(*args), args, dtype)
+
+
+# ---------------------------------------------------------------- CUDA C++ starter
+
+
+@pytest.fixture(scope="module")
+def cuda_mod():
+    return import_kernel(read_kernel_file(starter_path("fused_mlp", "cuda")))
+
+
+def test_cuda_starter_file_format(cuda_mod):
+    kf = read_kernel_file(starter_path("fused_mlp", "cuda"))
+    assert kf.kernel_type == "fused_mlp" and kf.backend == "cuda" and kf.deterministic
+    assert cuda_mod.valid_config(dict(kf.config))
+    # Gated tiles hold two accumulators and two weight tiles: 128x128 with BLOCK_K 64 is too big.
+    assert not cuda_mod.valid_config(dict(kf.config, GU_BLOCK_N=128, BLOCK_K=64))
+    assert not cuda_mod.valid_config(dict(kf.config, DOWN_BLOCK_N=64, WARPS_N=8))  # 8-column warp tiles
+    assert cuda_mod._defines() == {k: kf.config[k] for k in cuda_mod._defines()}
+
+
+@pytest.mark.slow  # nvcc plus a C++ syntax check against torch headers: minutes on 2 cores
+def test_cuda_sources_compile(cuda_mod):
+    from autokernel.cuda.build import compile_check, nvcc_available
+
+    if not nvcc_available():
+        pytest.skip("nvcc not found: cannot compile-check CUDA sources")
+    compile_check(cuda_mod.CUDA_SRC, cuda_mod.CPP_SRC, defines=cuda_mod._defines(), functions=cuda_mod.FUNCTIONS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SPEC.default_shapes + SPEC.small_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
+def test_cuda_gpu_shapes(cuda_mod, shape, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    args = SPEC.make_inputs(shape, dtype, "cuda", gen, "normal")
+    check(cuda_mod.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_gpu_adversarial_and_layouts(cuda_mod, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(15)
+    for scale in SPEC.adversarial:
+        args = SPEC.make_inputs({"tokens": 256, "hidden": 4096, "ffn": 11008}, dtype, "cuda", gen, scale)
+        check(cuda_mod.kernel_fn(*args), args, dtype)
+    x, wg, wu, wd = SPEC.make_inputs({"tokens": 70, "hidden": 136, "ffn": 200}, dtype, "cuda", gen, "normal")
+    xs = torch.zeros(70, 2 * 136 + 1, device="cuda", dtype=dtype)[:, 1::2]
+    xs.copy_(x)  # column stride 2, offset storage: scalar-load path
+    check(cuda_mod.kernel_fn(xs, wg, wu, wd), (xs, wg, wu, wd), dtype)
+    wg_t = wg.t().contiguous().t()  # column-major weights: the row-major staging path
+    wu_t = wu.t().contiguous().t()
+    check(cuda_mod.kernel_fn(x, wg_t, wu_t, wd), (x, wg_t, wu_t, wd), dtype)
+
+
+# ---------------------------------------------------------------- speed report (script, not a test)
+# python3 tests/test_kernels_fused_mlp.py [--sweep]   (on the GPU; writes $OUT/fused_mlp_speed.txt)
+
+
+def _tflops(fn, args, shape, dtype):
+    import triton.testing
+
+    ms = triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200)
+    return SPEC.flops(shape, dtype) / (ms * 1e-3) / 1e12
+
+
+def _load(backend, cfg=None, tmp=None):
+    path = starter_path("fused_mlp", backend)
+    if cfg:
+        path = tmp / f"fused_mlp_{backend}_{abs(hash(tuple(sorted(cfg.items()))))}.py"
+        path.write_text(with_config(starter_path("fused_mlp", backend).read_text(), cfg))
+    return import_kernel(read_kernel_file(path))
+
+
+def main(argv: list[str]) -> None:
+    import os
+    import tempfile
+    from pathlib import Path
+
+    lines = []
+
+    def emit(line):
+        print(line, flush=True)
+        lines.append(line)
+
+    mods = {"triton": _load("triton")}
+    try:
+        mods["cuda"] = _load("cuda")
+        mods["cuda"].kernel_fn(*SPEC.make_inputs(SPEC.small_shapes[0], torch.float16, "cuda", None))
+    except Exception as exc:
+        mods.pop("cuda", None)
+        emit(f"cuda starter unavailable: {type(exc).__name__}: {str(exc)[-400:]}")
+    emit(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for s in SPEC.default_shapes:
+            args = SPEC.make_inputs(s, dtype, "cuda", gen)
+            ref = _tflops(SPEC.reference, args, s, dtype)
+            row = f"{SPEC.shape_label(s):>18} {str(dtype):>15} eager {ref:6.1f} TF/s"
+            for name, mod in mods.items():
+                try:
+                    t = _tflops(mod.kernel_fn, args, s, dtype)
+                    row += f" | {name} {t:6.1f} TF/s ({100 * t / ref:5.1f}%)"
+                except Exception as exc:
+                    row += f" | {name} failed: {type(exc).__name__}: {str(exc)[:200]}"
+            emit(row)
+    if "--sweep" in argv:
+        tmp = Path(tempfile.mkdtemp())
+        base = mods["triton"]
+        kf = read_kernel_file(starter_path("fused_mlp", "triton"))
+        s = SPEC.default_shapes[-1]
+        args = SPEC.make_inputs(s, torch.bfloat16, "cuda", gen)
+        for bm, bn, bk in ((128, 128, 64), (128, 64, 64), (64, 128, 64), (128, 256, 64), (128, 128, 32)):
+            for warps in (4, 8):
+                for stages in (3, 4):
+                    cfg = dict(kf.config, GU_BLOCK_M=bm, GU_BLOCK_N=bn, GU_BLOCK_K=bk, GU_NUM_WARPS=warps,
+                               GU_NUM_STAGES=stages)
+                    if not base.valid_config(cfg):
+                        continue
+                    row = f"sweep gate/up bf16 {bm}x{bn}x{bk} W{warps} S{stages}"
+                    try:
+                        row += f" | {SPEC.shape_label(s)} {_tflops(_load('triton', cfg, tmp).kernel_fn, args, s, torch.bfloat16):6.1f}"
+                    except Exception as exc:
+                        row += f" | failed {type(exc).__name__}: {str(exc)[:120]}"
+                    emit(row)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "fused_mlp_speed.txt").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

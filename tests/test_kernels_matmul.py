@@ -140,3 +140,135 @@ def test_triton_gpu_adversarial(triton_mod, dtype):
     for scale in SPEC.adversarial:
         args = SPEC.make_inputs({"M": 512, "N": 1024, "K": 4096}, dtype, "cuda", gen, scale)
         check(triton_mod.kernel_fn(*args), args, dtype)
+
+
+# ---------------------------------------------------------------- CUDA C++ starter
+
+
+@pytest.fixture(scope="module")
+def cuda_mod():
+    return import_kernel(read_kernel_file(starter_path("matmul", "cuda")))
+
+
+def test_cuda_starter_file_format(cuda_mod):
+    kf = read_kernel_file(starter_path("matmul", "cuda"))
+    assert kf.kernel_type == "matmul" and kf.backend == "cuda" and kf.deterministic
+    assert cuda_mod.valid_config(dict(kf.config))
+    assert not cuda_mod.valid_config(dict(kf.config, BLOCK_M=256, BLOCK_N=256, BLOCK_K=64))  # > 48 KB static smem
+    assert cuda_mod.valid_config(dict(kf.config, BLOCK_M=64, WARPS_M=4, BLOCK_N=64, WARPS_N=2, BLOCK_K=16))
+    assert not cuda_mod.valid_config(dict(kf.config, BLOCK_N=64, WARPS_N=8))  # 8-column warp tiles: not WMMA
+    assert cuda_mod._defines() == {k: kf.config[k] for k in cuda_mod._defines()}
+
+
+@pytest.mark.slow  # nvcc plus a C++ syntax check against torch headers: minutes on 2 cores
+def test_cuda_sources_compile(cuda_mod):
+    from autokernel.cuda.build import compile_check, nvcc_available
+
+    if not nvcc_available():
+        pytest.skip("nvcc not found: cannot compile-check CUDA sources")
+    compile_check(cuda_mod.CUDA_SRC, cuda_mod.CPP_SRC, defines=cuda_mod._defines(), functions=cuda_mod.FUNCTIONS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SPEC.default_shapes + SPEC.small_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
+def test_cuda_gpu_shapes(cuda_mod, shape, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    args = SPEC.make_inputs(shape, dtype, "cuda", gen, "normal")
+    check(cuda_mod.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_gpu_adversarial_and_layouts(cuda_mod, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    for scale in SPEC.adversarial:
+        args = SPEC.make_inputs({"M": 300, "N": 1000, "K": 4096}, dtype, "cuda", gen, scale)
+        check(cuda_mod.kernel_fn(*args), args, dtype)
+    a, b = SPEC.make_inputs({"M": 129, "N": 257, "K": 200}, dtype, "cuda", gen, "normal")
+    for bb in (b, b.contiguous(), b.contiguous()[:, 3:], b[5:, :]):
+        aa = a[:, : bb.shape[0]]
+        check(cuda_mod.kernel_fn(aa, bb), (aa, bb), dtype)
+    a_t = a.t().contiguous().t()  # column-major A: scalar-load path
+    check(cuda_mod.kernel_fn(a_t, b), (a_t, b), dtype)
+
+
+# ---------------------------------------------------------------- speed report (script, not a test)
+# python3 tests/test_kernels_matmul.py [--sweep]   (on the GPU; writes $OUT/matmul_speed.txt)
+
+
+def _tflops(fn, args, shape, dtype):
+    import triton.testing
+
+    ms = triton.testing.do_bench(lambda: fn(*args), warmup=50, rep=300)
+    return SPEC.flops(shape, dtype) / (ms * 1e-3) / 1e12
+
+
+def _load(backend, cfg=None, tmp=None):
+    path = starter_path("matmul", backend)
+    if cfg:
+        path = tmp / f"matmul_{backend}_{abs(hash(tuple(sorted(cfg.items()))))}.py"
+        path.write_text(with_config(starter_path("matmul", backend).read_text(), cfg))
+    return import_kernel(read_kernel_file(path))
+
+
+def main(argv: list[str]) -> None:
+    import os
+    import tempfile
+    from pathlib import Path
+
+    lines = []
+
+    def emit(line):
+        print(line, flush=True)
+        lines.append(line)
+
+    mods = {"triton": _load("triton")}
+    try:
+        mods["cuda"] = _load("cuda")
+        mods["cuda"].kernel_fn(*SPEC.make_inputs(SPEC.small_shapes[0], torch.float16, "cuda", None))
+    except Exception as exc:
+        mods.pop("cuda", None)
+        emit(f"cuda starter unavailable: {type(exc).__name__}: {str(exc)[-400:]}")
+    emit(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for s in SPEC.default_shapes:
+            args = SPEC.make_inputs(s, dtype, "cuda", gen)
+            ref = _tflops(SPEC.reference, args, s, dtype)
+            row = f"{SPEC.shape_label(s):>18} {str(dtype):>15} torch {ref:6.1f} TF/s"
+            for name, mod in mods.items():
+                try:
+                    t = _tflops(mod.kernel_fn, args, s, dtype)
+                    row += f" | {name} {t:6.1f} TF/s ({100 * t / ref:5.1f}%)"
+                except Exception as exc:
+                    row += f" | {name} failed: {type(exc).__name__}: {str(exc)[:200]}"
+            emit(row)
+    if "--sweep" in argv:
+        tmp = Path(tempfile.mkdtemp())
+        base = mods["triton"]
+        kf = read_kernel_file(starter_path("matmul", "triton"))
+        shapes = [SPEC.default_shapes[0], SPEC.default_shapes[2], SPEC.default_shapes[4]]
+        inputs = [SPEC.make_inputs(s, torch.bfloat16, "cuda", gen) for s in shapes]
+        for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 256, 32), (128, 128, 128)):
+            for warps in (4, 8):
+                for stages in (3, 4, 5):
+                    cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_WARPS=warps, NUM_STAGES=stages)
+                    if not base.valid_config(cfg):
+                        continue
+                    row = f"sweep bf16 {bm}x{bn}x{bk} W{warps} S{stages}"
+                    try:
+                        mod = _load("triton", cfg, tmp)
+                        for s, args in zip(shapes, inputs):
+                            row += f" | {SPEC.shape_label(s)} {_tflops(mod.kernel_fn, args, s, torch.bfloat16):6.1f}"
+                    except Exception as exc:
+                        row += f" | failed {type(exc).__name__}: {str(exc)[:120]}"
+                    emit(row)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "matmul_speed.txt").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
