@@ -1,0 +1,494 @@
+"""The experiment runner: `autokernel loop`. Library code: it never prints; progress goes to the
+`on_event(LoopEvent)` callback the CLI renders.
+
+One experiment, in the order that makes every interruption recoverable:
+1. the orchestrator picks a kernel; the proposer returns a candidate file;
+2. the store row is inserted as "running" (its number is allocated there, atomically);
+3. a worktree from the kernel's branch head; the candidate committed and pinned under
+   refs/autokernel/experiments/<tag>; the commit written into the row;
+4. the bench judges it (a quick screen first when the proposer asks; the full judgement only if the
+   screen beats the best);
+5. the verdict is written into the row *before* git is touched: kept -> fast-forward the branch,
+   anything else -> drop the worktree (the commit stays reachable by its ref).
+A kill -9 anywhere leaves at most one "running" row: `--resume` marks it abandoned, removes stale
+worktrees, and re-applies a kept verdict whose fast-forward had not happened yet. Numbers come from
+the store, so nothing is lost or counted twice; time spent comes from the rows' durations.
+
+Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
+run by more than the noise: new < best - max(iqr_new, iqr_best, 1% of best).
+
+Abandoned experiments are not counted as tried configurations the first time (they never got a
+verdict); see proposers/search.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, ProposerError
+from autokernel.orchestrator import Orchestrator, run_elapsed_s
+from autokernel.proposers import SearchExhausted, make_proposer
+from autokernel.proposers.base import KernelContext, Proposal
+from autokernel.store.tables import LLMCall, utcnow
+
+MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
+
+
+@dataclass
+class LoopEvent:
+    kind: str  # stage | baseline | start | done | proposer_failed | exhausted | state | verify
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoopSummary:
+    run_id: int
+    status: str  # finished | interrupted
+    model: str
+    agent: str
+    experiments: int = 0  # non-baseline experiments in the run (all sessions)
+    kept: int = 0
+    elapsed_s: float = 0.0
+    predicted_speedup: float = 1.0
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    median_experiment_s: Optional[float] = None
+    stop_reason: str = ""
+    verify: Optional[dict[str, Any]] = None
+    verify_error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+Judge = Callable[..., Any]  # (source, kernel_type=, shapes=, weights=, dtype=, quick=, timeout_s=) -> BenchResult
+
+
+def beats(new_us: float, new_iqr: float | None, best_us: float | None, best_iqr: float | None) -> bool:
+    if best_us is None:
+        return True
+    noise = max(new_iqr or 0.0, best_iqr or 0.0, 0.01 * best_us)
+    return new_us < best_us - noise
+
+
+class _Loop:
+    def __init__(self, store, workspace, *, run, kernels, agent, proposer, judge, budget_s, max_experiments,
+                 timeout_s, on_event):
+        self.store, self.ws, self.run = store, workspace, run
+        self.kernels = {k.id: k for k in kernels}
+        self.agent, self.proposer, self.judge = agent, proposer, judge
+        self.budget_s, self.max_experiments, self.timeout_s = budget_s, max_experiments, timeout_s
+        self.emit = on_event or (lambda e: None)
+        self.orch = Orchestrator.from_store(store, run.id, kernels)
+        self.elapsed_before = run_elapsed_s(store, run.id)
+        self.t0 = time.monotonic()
+        self.last_result: dict[int, Any] = {}
+        self.failures: dict[int, int] = {}
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.t0)
+
+    def count(self) -> int:
+        return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline")
+
+    def state_event(self, message: str = "") -> None:
+        snap = self.orch.snapshot()
+        snap.update(run_id=self.run.id, experiments=self.count(), elapsed_s=self.elapsed(),
+                    time_left_s=max(0.0, self.budget_s - self.elapsed()), max_experiments=self.max_experiments)
+        self.emit(LoopEvent("state", message, snap))
+
+    def context(self, k) -> KernelContext:
+        from autokernel.extract import kernel_shapes
+
+        shapes, weights = kernel_shapes(k)
+        return KernelContext(name=k.name, kernel_type=k.kernel_type, backend=k.backend, dtype=k.dtype,
+                             shapes=shapes, weights=weights, kernel_id=k.id, run_id=self.run.id)
+
+    def bench(self, k, source: str, quick: bool):
+        ctx = self.context(k)
+        return self.judge(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None,
+                          weights=ctx.weights or None, dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
+
+    # -- resume ---------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """A kept verdict recorded just before a kill may lack its fast-forward: apply it now."""
+        for k in self.kernels.values():
+            kept = [e for e in self.store.list_experiments(run_id=self.run.id, kernel_id=k.id)
+                    if e.status == "kept" and e.commit]
+            if not kept:
+                continue
+            sha = kept[-1].commit
+            head = self.ws.head(k.name)
+            if head != sha:
+                try:
+                    self.ws.keep(k.name, self.ws.worktrees / f"reconcile-{kept[-1].tag}", sha)
+                except AutoKernelError:
+                    pass  # the branch moved on past it (a later keep): nothing to re-apply
+
+    # -- the experiments ------------------------------------------------------------------------
+
+    def baselines(self) -> None:
+        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id) if e.proposer == "baseline"}
+        for k in self.kernels.values():
+            if k.id in done:
+                continue
+            self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
+            source = self.ws.read(k.name)
+            from autokernel.kernelfile import parse_source
+
+            cfg = parse_source(source).config
+            exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
+                                            backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
+                                            description="starting point of this run", status="running",
+                                            config_json=json.dumps(cfg, sort_keys=True))
+            self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
+            t0 = time.monotonic()
+            res = self.bench(k, source, quick=False)
+            fields = res.experiment_fields()
+            status = "baseline" if res.correct else fields.get("status", "crashed")
+            fields.update(status=status, duration_s=time.monotonic() - t0, finished_at=utcnow())
+            row = self.store.update_experiment(exp.id, **fields)
+            self.orch.record(row)
+            self.last_result[k.id] = res
+            if not res.correct:
+                self.orch.mark_exhausted(k.id)
+                self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
+                                    "skipped", {"kernel": k.name}))
+            self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": _row(row)}))
+            self.state_event()
+
+    def propose(self, k) -> Optional[Proposal]:
+        from autokernel.kernels import get_spec
+
+        source = self.ws.read(k.name)
+        history = self.store.list_experiments(kernel_id=k.id)
+        try:
+            proposal = self.proposer.propose(source, get_spec(k.kernel_type), history, self.last_result.get(k.id),
+                                             kernel=self.context(k))
+        except SearchExhausted as exc:
+            self.orch.mark_exhausted(k.id)
+            self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
+            return None
+        except ProposerError as exc:
+            n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
+            self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
+            if n >= MAX_PROPOSER_FAILURES:
+                self.orch.mark_exhausted(k.id)
+                self.emit(LoopEvent("exhausted", f"{k.name}: {n} failed proposals in a row; set aside",
+                                    {"kernel": k.name}))
+            return None
+        self.failures[k.id] = 0
+        return proposal
+
+    def experiment(self, k, proposal: Proposal) -> None:
+        st = self.orch.states[k.id]
+        t0 = time.monotonic()
+        exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
+                                        backend=k.backend, proposer=self.agent, description=proposal.description,
+                                        config_json=json.dumps(proposal.config, sort_keys=True, default=str),
+                                        status="running")
+        tag = f"{k.kernel_type}-r{self.run.id}-e{exp.number}"
+        self.store.update_experiment(exp.id, tag=tag)
+        if proposal.llm_call_id is not None:
+            self.store._update(LLMCall, proposal.llm_call_id, experiment_id=exp.id)
+        self.emit(LoopEvent("start", f"#{exp.number} {k.name}: {proposal.description}",
+                            {"number": exp.number, "kernel": k.name, "description": proposal.description}))
+        worktree, sha = None, None
+        try:
+            worktree = self.ws.start_experiment(k.name, tag)
+            sha = self.ws.commit_experiment(worktree, proposal.source, f"{tag}: {proposal.description}", tag)
+            self.store.update_experiment(exp.id, commit=sha)
+            res = self.bench(k, proposal.source, quick=proposal.quick)
+            screened = proposal.quick and res.correct and res.latency_us is not None
+            if screened and beats(res.latency_us, res.latency_iqr_us, st.best_us, st.best_iqr_us):
+                res = self.bench(k, proposal.source, quick=False)  # promoted: the full judgement decides
+            fields = res.experiment_fields()
+            if res.correct:
+                # a quick screen that did not beat the best fails `beats` here too: never kept unjudged
+                keep = (res.latency_us is not None and not res.flagged
+                        and beats(res.latency_us, res.latency_iqr_us, st.best_us, st.best_iqr_us))
+                fields["status"] = "kept" if keep else "reverted"
+                if res.flagged:
+                    fields["error"] = "speed-up over 10x: flagged for review, not kept"
+            fields.update(duration_s=time.monotonic() - t0, finished_at=utcnow())
+            row = self.store.update_experiment(exp.id, **fields)
+            if row.status == "kept":
+                self.ws.keep(k.name, worktree, sha)
+            else:
+                self.ws.revert(k.name, worktree, sha)
+        except BaseException as exc:
+            # Ctrl-C (or a workspace/bench failure): leave no running row and no worktree behind.
+            if worktree is not None:
+                try:
+                    self.ws.revert(k.name, worktree, sha)
+                except Exception:
+                    pass
+            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
+                                         duration_s=time.monotonic() - t0, finished_at=utcnow())
+            raise
+        self.orch.record(row)
+        self.last_result[k.id] = res
+        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
+        self.state_event()
+
+    def run_budget(self) -> str:
+        while True:
+            if self.elapsed() >= self.budget_s:
+                return "time budget spent"
+            if self.max_experiments is not None and self.count() >= self.max_experiments:
+                return f"{self.max_experiments} experiments done"
+            st = self.orch.pick()
+            if st is None:
+                return "every kernel exhausted"
+            k = self.kernels[st.kernel_id]
+            proposal = self.propose(k)
+            if proposal is not None:
+                self.experiment(k, proposal)
+
+
+def _row(e) -> dict[str, Any]:
+    return {k: getattr(e, k) for k in ("number", "tag", "kernel_type", "status", "commit", "description",
+                                       "latency_us", "speedup_vs_eager", "pct_peak", "duration_s", "error")}
+
+
+def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: list[str] | None, batch: int,
+                   seq: int | None, dtype: str | None, device: str | None, top: int, emit) -> list:
+    """The model's kernels of this backend; profiled and extracted first when the store has none."""
+    kernels = [k for k in store.list_kernels(model=model) if k.backend == backend]
+    if not kernels:
+        from autokernel.extract import extract
+        from autokernel.models import load_model
+        from autokernel.profile import profile_model
+
+        emit(LoopEvent("stage", f"profiling {model} (nothing in the store for it yet)"))
+        bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
+        result = profile_model(bundle)
+        profile = store.add_profile(result.model, result.entries, config=result.config, device=result.device,
+                                    total_gpu_ms=result.total_gpu_ms, forward_ms=result.forward_ms)
+        del bundle
+        emit(LoopEvent("stage", f"extracting the top {top} kernels of profile {profile.id}"))
+        extract(store, workspace, profile_id=profile.id, top=top, backend=backend,
+                on_skip=lambda name, why: emit(LoopEvent("stage", f"skipped {name}: {why}")))
+        kernels = [k for k in store.list_kernels(model=profile.model) if k.backend == backend]
+    if kernel_types:
+        kernels = [k for k in kernels if k.kernel_type in kernel_types]
+    if not kernels:
+        raise NotFoundError(f"no {backend} kernels to optimize for {model}"
+                            + (f" among {', '.join(kernel_types)}" if kernel_types else ""))
+    return kernels
+
+
+def run_loop(store, workspace, *, model: str | None = None, hours: float = 1.0, max_experiments: int | None = None,
+             agent: str = "search", kernels: list[str] | None = None, backend: str = "triton",
+             resume_run_id: int | None = None, batch: int = 1, seq: int | None = None, dtype: str | None = None,
+             device: str | None = None, top: int = 5, llm_model: str | None = None, provider: str | None = None,
+             timeout_s: float = 600.0, verify: bool = True, judge: Judge | None = None, proposer=None,
+             on_event: Callable[[LoopEvent], None] | None = None) -> LoopSummary:
+    """Run (or resume) an optimization run; returns its summary. KeyboardInterrupt is handled: the
+    current experiment is abandoned cleanly and the summary says "interrupted"."""
+    emit = on_event or (lambda e: None)
+    if resume_run_id is not None:
+        run = store.get_run(resume_run_id)
+        if run.kind != "loop":
+            raise ConfigError(f"run {run.id} is a {run.kind} run, not a loop run")
+        opts = json.loads(run.config_json or "{}")
+        model, agent, backend = run.model, run.agent or agent, opts.get("backend", backend)
+        kernels = kernels or opts.get("kernels")
+        batch, seq, dtype = opts.get("batch", batch), opts.get("seq", seq), opts.get("dtype", dtype)
+        top = opts.get("top", top)
+        llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
+        n = store.abandon_running(run.id)
+        if n:
+            emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
+        run = store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
+    else:
+        if not model:
+            raise ConfigError("--model is required (or --resume RUN)")
+        run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
+            "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
+            "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model, "provider": provider})
+    removed = workspace.cleanup_stale()
+    if removed:
+        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
+    rows = ensure_kernels(store, workspace, model=model, backend=backend, kernel_types=kernels, batch=batch,
+                          seq=seq, dtype=dtype, device=device, top=top, emit=emit)
+    if proposer is None:
+        proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
+    worker = None
+    if judge is None:
+        judge, worker = default_judge(store, emit)
+    loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
+                 budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit)
+    status, reason = "finished", ""
+    try:
+        loop.reconcile()
+        loop.state_event("starting")
+        loop.baselines()
+        reason = loop.run_budget()
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "interrupted by the user"
+    except BaseException:
+        store.finish_run(run.id, "failed")
+        raise
+    finally:
+        if worker is not None:
+            worker.close()
+    summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
+    if verify and status == "finished":
+        emit(LoopEvent("stage", "verifying the model with the kept kernels"))
+        summary.verify, summary.verify_error = _verify(store, workspace, run.id)
+        emit(LoopEvent("verify", summary.verify_error or "verified", {"verify": summary.verify}))
+    store.finish_run(run.id, status)
+    return summary
+
+
+def default_judge(store, emit) -> tuple[Judge, Any]:
+    """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
+    ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing."""
+    import functools
+
+    import torch
+
+    from autokernel.bench import calibrate, ceilings_of
+    from autokernel.bench.runner import BenchWorker
+
+    worker = BenchWorker()
+    if not torch.cuda.is_available():
+        emit(LoopEvent("stage", "no GPU: kernels run in the Triton interpreter; " + CPU_TIMING_NOTE))
+        return CPUTimedJudge(worker.judge), worker
+    emit(LoopEvent("stage", "measuring the device's ceilings (once per device)"))
+    device = calibrate(store, worker=worker)
+    return functools.partial(worker.judge, ceilings=ceilings_of(device)), worker
+
+
+def _verify(store, workspace, run_id: int) -> tuple[Optional[dict], Optional[str]]:
+    try:
+        from autokernel.verify import verify
+    except ImportError as exc:
+        return None, f"verify is not available: {exc}"
+    try:
+        result = verify(store, workspace, run_id=run_id)
+    except AutoKernelError as exc:
+        return None, exc.one_line()
+    data = result.to_dict() if hasattr(result, "to_dict") else dict(getattr(result, "__dict__", {}))
+    return json.loads(json.dumps(data, default=str)), None
+
+
+def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: str = "finished",
+              reason: str = "") -> LoopSummary:
+    """The run's summary from the store alone (also what `--resume` and the report show)."""
+    import statistics
+
+    run = store.get_run(run_id)
+    rows = store.list_experiments(run_id=run_id)
+    if orch is None:
+        ids = {e.kernel_id for e in rows}
+        orch = Orchestrator.from_store(store, run_id, [store.get_kernel(i) for i in sorted(i for i in ids if i)])
+    durations = [e.duration_s for e in rows if e.proposer != "baseline" and e.duration_s]
+    exps = [e for e in rows if e.proposer != "baseline"]
+    snap = orch.snapshot()
+    return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
+                       experiments=len(exps), kept=sum(1 for e in exps if e.status == "kept"),
+                       elapsed_s=run_elapsed_s(store, run_id), predicted_speedup=snap["predicted_speedup"],
+                       kernels=snap["kernels"], stop_reason=reason,
+                       median_experiment_s=statistics.median(durations) if durations else None)
+
+
+# -- CPU wall-clock timing ------------------------------------------------------------------------
+# The bench reports no timings without a GPU (interpreter timings are not GPU timings). So that the
+# loop still works end to end on a CPU machine (tests, the CPU main job), a correct candidate is
+# timed here by wall clock under the Triton interpreter, in its own subprocess with the bench's
+# key-stripped environment. Such numbers only rank candidates against each other on this machine;
+# results carry gpu_timing=False and extra["timing"] says what they are.
+
+CPU_TIMING_NOTE = "CPU wall clock under the Triton interpreter: ranks candidates on this machine, not GPU timings"
+
+
+def _cpu_time_child() -> int:
+    import statistics
+    import sys
+
+    req = json.loads(sys.stdin.read())
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from autokernel.bench.checks import make_inputs
+    from autokernel.kernelfile import entry_point, import_kernel, parse_source
+    from autokernel.kernels import get_spec
+    from autokernel.kernels.spec import to_dtype
+
+    spec = get_spec(req["kernel_type"])
+    fn = entry_point(import_kernel(parse_source(req["source"])))
+    shapes = req.get("shapes") or spec.small_shapes
+    weights = req.get("weights") or [1] * len(shapes)
+    dtype = to_dtype(req.get("dtype") or "float32")
+    total = {"latency_us": 0.0, "latency_iqr_us": 0.0, "eager_us": 0.0}
+    for shape, w in zip(shapes, weights):
+        args = make_inputs(spec, shape, dtype, "cpu", 1234)
+        for name, f in (("latency", fn), ("eager", spec.reference)):
+            f(*args)  # warm-up
+            samples, budget = [], time.perf_counter() + float(req.get("seconds_per_shape", 1.0))
+            while len(samples) < 5 or (len(samples) < 50 and time.perf_counter() < budget):
+                t = time.perf_counter()
+                f(*args)
+                samples.append((time.perf_counter() - t) * 1e6)
+            q = statistics.quantiles(samples, n=4)
+            total[f"{name}_us"] += w * statistics.median(samples)
+            if name == "latency":
+                total["latency_iqr_us"] += w * (q[2] - q[0])
+    sys.stdout.write(json.dumps(total))
+    return 0
+
+
+def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, dtype=None,
+                  timeout_s: float = 300.0) -> dict[str, float]:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from autokernel.bench.isolation import clean_env, kill_group
+    from autokernel.errors import BenchError
+
+    env = clean_env()
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("TRITON_INTERPRET", "1")
+    req = {"source": source, "kernel_type": kernel_type, "shapes": shapes, "weights": weights, "dtype": dtype}
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from autokernel.loop import _cpu_time_child; "
+                             "sys.exit(_cpu_time_child())"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(json.dumps(req).encode(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise BenchError(f"CPU timing exceeded {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        raise BenchError(f"CPU timing failed: {err.decode(errors='replace')[-1500:]}")
+    return json.loads(out)
+
+
+class CPUTimedJudge:
+    """Wraps a bench judge: a correct result without timings gets CPU wall-clock numbers."""
+
+    def __init__(self, judge: Judge):
+        self.judge = judge
+
+    def __call__(self, source: str, **kw):
+        res = self.judge(source=source, **{k: v for k, v in kw.items()})
+        if res.correct and res.latency_us is None:
+            t = cpu_wallclock(source, kernel_type=kw["kernel_type"], shapes=kw.get("shapes"),
+                              weights=kw.get("weights"), dtype=kw.get("dtype"),
+                              timeout_s=kw.get("timeout_s", 300.0))
+            res.latency_us, res.latency_iqr_us, res.eager_us = t["latency_us"], t["latency_iqr_us"], t["eager_us"]
+            # eager_us is kept for the record; a speed-up of interpreted Triton over native
+            # PyTorch means nothing, so none is claimed (the orchestrator then uses vs-baseline)
+            res.speedup_vs_eager = None
+            res.gpu_timing = False
+            res.extra["timing"] = CPU_TIMING_NOTE
+        return res
