@@ -1,0 +1,101 @@
+"""Triton layer-norm starter: F.layer_norm over the last dim with weight and bias.
+
+Rows up to MAX_FUSED_COLS are held in registers: x is read once, the mean and then the variance
+of the centred values are computed from registers (two-pass statistics, exact for constant
+rows and large offsets, unlike E[x^2] - E[x]^2), and y is written once. Short rows are packed
+several to a program (tiles of at least TILE_ELEMS) so each program moves enough bytes; the
+warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks: a pass for the mean,
+one for the variance, one to write. fp32 statistics and math, one rounding per output. Any row
+and column strides; the output is contiguous.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "layernorm"
+BACKEND = "triton"
+
+MAX_FUSED_COLS = 16384  # longest row kept in registers (single read)
+ELEMS_PER_THREAD = 8  # fp32 register values per thread in the fused path; sets num_warps
+MAX_WARPS = 16
+TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
+LOOP_BLOCK = 4096  # chunk of the long-row path
+LOOP_WARPS = 8
+
+SEARCH_SPACE = {
+    "MAX_FUSED_COLS": [4096, 8192, 16384, 32768],
+    "ELEMS_PER_THREAD": [4, 8, 16, 32],
+    "MAX_WARPS": [4, 8, 16, 32],
+    "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
+    "LOOP_BLOCK": [1024, 2048, 4096, 8192],
+    "LOOP_WARPS": [4, 8, 16],
+}
+
+DETERMINISTIC = True  # fixed reduction tree
+
+
+def valid_config(cfg):
+    return cfg["LOOP_BLOCK"] <= cfg["MAX_FUSED_COLS"]
+
+
+@triton.jit
+def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, sb, syr,
+                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    c = tl.arange(0, BLOCK_N)
+    cmask = c < cols
+    mask = (r < rows)[:, None] & cmask[None, :]
+    x = tl.load(x_ptr + r[:, None] * sxr + c[None, :] * sxc, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / cols
+    d = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(d * d, axis=1) / cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + c * sw, mask=cmask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c * sb, mask=cmask, other=0.0).to(tl.float32)
+    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, syr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    xr = x_ptr + row * sxr
+    yr = y_ptr + row * syr
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        acc += tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
+    mean = tl.sum(acc, axis=0) / cols
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
+        d = tl.where(c < cols, x - mean, 0.0)
+        acc += d * d
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / cols + eps)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        m = c < cols
+        x = tl.load(xr + c * sxc, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + c * sw, mask=m, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + c * sb, mask=m, other=0.0).to(tl.float32)
+        tl.store(yr + c, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def kernel_fn(x, weight, bias, eps):
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
+    if rows == 0 or cols == 0:
+        return y
+    args = (x.stride(0), x.stride(1), weight.stride(0), bias.stride(0), y.stride(0))
+    if cols <= MAX_FUSED_COLS:
+        block_n = max(triton.next_power_of_2(cols), 16)
+        rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
+        warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
+        _layernorm_fused[(triton.cdiv(rows, rows_per),)](
+            x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
+    else:
+        _layernorm_looped[(rows,)](x, weight, bias, y, cols, float(eps), *args,
+                                   BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
+    return y

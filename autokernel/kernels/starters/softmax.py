@@ -1,0 +1,98 @@
+"""Triton softmax starter: softmax over the last dim, fp32 math, one rounding per output.
+
+Rows up to MAX_FUSED_COLS long are held in registers: one read and one write per element, the
+DRAM minimum. Short rows are packed several to a program (a tile of at least TILE_ELEMS
+elements) so each program moves enough bytes to hide latency; the warp count follows the tile
+size (about ELEMS_PER_THREAD fp32 values per thread). Longer rows take a two-pass path: an
+element-wise online (max, sum of exp) over LOOP_BLOCK chunks, then a second read (mostly from
+L2) that writes exp(x - max) / sum. Masked lanes load -inf, which contributes exp(-inf) = 0;
+a running max of -inf is replaced by 0 before subtracting so that -inf - -inf never makes a NaN.
+Any row and column strides; the output is contiguous.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "softmax"
+BACKEND = "triton"
+
+MAX_FUSED_COLS = 32768  # longest row kept in registers (single read)
+ELEMS_PER_THREAD = 16  # fp32 register values per thread in the fused path; sets num_warps
+MAX_WARPS = 32
+TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
+LOOP_BLOCK = 4096  # chunk of the long-row path
+LOOP_WARPS = 16
+
+SEARCH_SPACE = {
+    "MAX_FUSED_COLS": [8192, 16384, 32768, 65536],
+    "ELEMS_PER_THREAD": [4, 8, 16, 32, 64],
+    "MAX_WARPS": [8, 16, 32],
+    "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
+    "LOOP_BLOCK": [1024, 2048, 4096, 8192],
+    "LOOP_WARPS": [4, 8, 16, 32],
+}
+
+DETERMINISTIC = True  # fixed reduction tree
+
+
+def valid_config(cfg):
+    # A loop chunk must be no longer than a fused row, or the fused path is the cheaper one anyway.
+    return cfg["LOOP_BLOCK"] <= cfg["MAX_FUSED_COLS"]
+
+
+@triton.jit
+def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr,
+                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < rows)[:, None] & (c < cols)[None, :]
+    x = tl.load(x_ptr + r[:, None] * sxr + c[None, :] * sxc, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=1)
+    m = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m[:, None])
+    s = tl.sum(e, axis=1)
+    y = e / s[:, None]
+    tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_looped(x_ptr, y_ptr, cols, sxr, sxc, syr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    xr = x_ptr + row * sxr
+    yr = y_ptr + row * syr
+    m = tl.full([BLOCK], -float("inf"), tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(xr + c * sxc, mask=c < cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    row_max = tl.where(row_max == -float("inf"), 0.0, row_max)
+    inv = 1.0 / tl.sum(s * tl.exp(m - row_max), axis=0)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(xr + c * sxc, mask=c < cols, other=-float("inf")).to(tl.float32)
+        y = tl.exp(x - row_max) * inv
+        tl.store(yr + c, y.to(y_ptr.dtype.element_ty), mask=c < cols)
+
+
+def kernel_fn(x):
+    rows, cols = x.shape
+    y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
+    if rows == 0 or cols == 0:
+        return y
+    if cols <= MAX_FUSED_COLS:
+        block_n = max(triton.next_power_of_2(cols), 16)
+        rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
+        warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
+        _softmax_fused[(triton.cdiv(rows, rows_per),)](
+            x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0),
+            ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
+    else:
+        _softmax_looped[(rows,)](x, y, cols, x.stride(0), x.stride(1), y.stride(0),
+                                 BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
+    return y
