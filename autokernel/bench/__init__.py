@@ -31,7 +31,7 @@ def ceilings_of(device) -> dict | None:
 def calibrate(store, force: bool = False, worker: BenchWorker | None = None):
     """Measure this device's ceilings once (in a bench worker) and keep them in the devices table.
     Returns the Device row; with force=False an existing measurement is reused."""
-    key = device_key()
+    key = worker.info.get("key") if worker is not None and worker.info.get("key") else device_key()
     dev = store.get_device(key)
     if dev is not None and dev.copy_gbps is not None and not force:
         return dev

@@ -17,7 +17,7 @@ import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure, make_inputs
-from autokernel.bench.launches import cheat_reason, short_name
+from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
@@ -55,6 +55,8 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     text = str(exc)
     if isinstance(exc, StageTimeout):
         return TIMEOUT, False
+    if isinstance(exc, OutOfBoundsAccess):
+        return CRASHED, False
     if isinstance(exc, KernelFileError) or name in ("CompilationError", "CompileTimeAssertionFailure",
                                                        "BuildError", "CudaBuildError", "CalledProcessError"):
         return COMPILE_ERROR, False
@@ -141,6 +143,8 @@ def judge_request(req: dict) -> dict:
             res.stages.append(StageVerdict(stage, "error", f"{type(exc).__name__}: {str(exc)[:300]}"))
         if outcome == TIMEOUT:
             res.error = f"{stage}: exceeded its time limit"
+        elif isinstance(exc, KernelFileError):
+            res.error = exc.one_line()
         else:
             res.error = _tail(f"{stage}: " + "".join(traceback.format_exception(exc)))
         if outcome == CORRECT:

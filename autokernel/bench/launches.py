@@ -48,10 +48,82 @@ def _triton_classes() -> list:
     return classes
 
 
+class OutOfBoundsAccess(RuntimeError):
+    """A Triton kernel under the interpreter touched memory outside every tensor it was given.
+
+    On the GPU that is an illegal memory access (or silent corruption); under the interpreter it
+    corrupts the worker's heap, so it is caught before the access happens."""
+
+
+# Byte ranges of the tensor arguments of the launch in progress (interpreter bounds check).
+_live_ranges: list[list[tuple[int, int]]] = []
+
+
+def _tensor_ranges(values) -> list[tuple[int, int]]:
+    import torch
+
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel():
+            st = v.untyped_storage()
+            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return out
+
+
+def _check_access(kind: str, ptrs, mask) -> None:
+    if not _live_ranges:
+        return
+    import numpy as np
+
+    addrs = np.asarray(ptrs.data, dtype=np.uint64)
+    if mask is not None:
+        addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
+    if addrs.size == 0:
+        return
+    size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+    ok = np.zeros(addrs.shape, dtype=bool)
+    for lo, hi in _live_ranges[-1]:
+        ok |= (addrs >= np.uint64(lo)) & (addrs + np.uint64(size) <= np.uint64(hi))
+    if not ok.all():
+        bad = int(addrs[~ok][0])
+        raise OutOfBoundsAccess(f"illegal memory access: {kind} of {int((~ok).sum())} element(s) outside every "
+                                f"tensor argument (first at {bad:#x}), caught by the interpreter's bounds check")
+
+
+def _guard_interpreter() -> list:
+    """Patch the interpreter's memory ops with the bounds check; returns what to restore."""
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder as B
+    except Exception:
+        return []
+    orig = {n: getattr(B, n) for n in ("create_masked_load", "create_masked_store", "create_atomic_rmw",
+                                       "create_atomic_cas")}
+
+    def load(self, ptrs, mask, *a, **k):
+        _check_access("load", ptrs, mask)
+        return orig["create_masked_load"](self, ptrs, mask, *a, **k)
+
+    def store(self, ptrs, value, mask, *a, **k):
+        _check_access("store", ptrs, mask)
+        return orig["create_masked_store"](self, ptrs, value, mask, *a, **k)
+
+    def rmw(self, op, ptr, val, mask, *a, **k):
+        _check_access("atomic", ptr, mask)
+        return orig["create_atomic_rmw"](self, op, ptr, val, mask, *a, **k)
+
+    def cas(self, ptr, cmp, val, *a, **k):
+        _check_access("atomic", ptr, None)
+        return orig["create_atomic_cas"](self, ptr, cmp, val, *a, **k)
+
+    B.create_masked_load, B.create_masked_store, B.create_atomic_rmw, B.create_atomic_cas = load, store, rmw, cas
+    return [(B, n, f) for n, f in orig.items()]
+
+
 @contextlib.contextmanager
-def record_triton(module_name: str, launches: Launches):
+def record_triton(module_name: str, launches: Launches, bounds_check: bool = True):
     """Wrap run() of Triton's JIT classes for the duration; every launch is attributed by the
-    module its Python function was defined in."""
+    module its Python function was defined in. Under the interpreter, memory accesses are also
+    checked against the launch's tensor arguments."""
     patched = []
     for cls in _triton_classes():
         orig = cls.run
@@ -63,15 +135,23 @@ def record_triton(module_name: str, launches: Launches):
                 launches.triton_own.append(name)
             else:
                 launches.triton_other.append(name)
-            return __orig(self, *args, **kwargs)
+            _live_ranges.append(_tensor_ranges(list(args) + list(kwargs.values())))
+            try:
+                return __orig(self, *args, **kwargs)
+            finally:
+                _live_ranges.pop()
 
+        patched.append((cls, "run", orig))
         cls.run = run
-        patched.append((cls, orig))
+    import os
+
+    if bounds_check and os.environ.get("TRITON_INTERPRET") == "1":
+        patched += _guard_interpreter()
     try:
         yield launches
     finally:
-        for cls, orig in patched:
-            cls.run = orig
+        for owner, attr, orig in patched:
+            setattr(owner, attr, orig)
 
 
 @contextlib.contextmanager

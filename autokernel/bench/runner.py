@@ -63,7 +63,7 @@ class BenchWorker:
             [self._python, "-m", "autokernel.bench.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
         hello = self._read_reply(self._startup_timeout)
-        if hello is None or not hello.get("ready"):
+        if not hello or not hello.get("ready"):
             err = self._stderr_tail(0)
             self._kill()
             raise BenchError(f"the bench worker did not start: {err or 'no output'}")
@@ -123,7 +123,7 @@ class BenchWorker:
         return _tail(data)
 
     def _read_reply(self, timeout_s: float) -> Optional[dict]:
-        """One JSON line from the child, or None at EOF / timeout (the caller tells them apart)."""
+        """One JSON line from the child; {"eof": True} when it closed its end (died), None at the timeout."""
         deadline = time.monotonic() + timeout_s
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buf:
@@ -135,7 +135,7 @@ class BenchWorker:
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                return None
+                return {"eof": True}
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         try:
@@ -155,14 +155,19 @@ class BenchWorker:
         except (BrokenPipeError, OSError):
             pass  # it died between requests; the read below reports it
         reply = self._read_reply(timeout_s)
-        if reply is not None and "garbled" not in reply:
+        if reply is not None and "garbled" not in reply and "eof" not in reply:
             if reply.get("restart"):  # e.g. a CUDA error poisoned the context
                 self._kill()
             return reply
-        if self.alive() and reply is None:
+        if reply is None:
             self._kill()
             return {"timeout": True, "error": _tail(f"killed after {timeout_s:.0f} s\n" + self._stderr_tail(since))}
-        code = self._proc.poll() if self._proc is not None else None
+        code = None
+        if self._proc is not None:
+            try:
+                code = self._proc.wait(timeout=5)  # it closed stdout: it is exiting
+            except subprocess.TimeoutExpired:
+                pass
         self._kill()
         tail = self._stderr_tail(since)
         return {"died": True, "error": _tail(f"the bench worker {describe_exit(code)}\n{tail}")}

@@ -38,13 +38,14 @@ def root(
 
 # Each command module registers its commands on `app`; the order here is the order of --help.
 # (each stage's module adds itself here as it lands, in flow order)
+from autokernel.cli import bench as _bench  # noqa: E402
 from autokernel.cli import export as _export  # noqa: E402
 from autokernel.cli import extract as _extract  # noqa: E402
 from autokernel.cli import profile as _profile  # noqa: E402
 from autokernel.cli import verify as _verify  # noqa: E402
 from autokernel.cli import report as _report  # noqa: E402
 
-_COMMAND_MODULES: tuple = (_profile, _extract, _verify, _export, _report)
+_COMMAND_MODULES: tuple = (_profile, _extract, _bench, _verify, _export, _report)
 
 for _module in _COMMAND_MODULES:
     _module.register(app)
