@@ -1,0 +1,151 @@
+"""`autokernel loop`: optimize a model's kernels unattended, then verify; a Rich live display shows
+the current kernel, experiment number, last status, best speed-ups, predicted end-to-end speed-up
+and time left. Ctrl-C ends the current experiment cleanly and prints the report."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from autokernel.cli.console import err, out
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def kernels_table(kernels: list[dict[str, Any]], title: str = "") -> Table:
+    t = Table(title=title or None)
+    for col, just in (("kernel", "left"), ("share", "right"), ("baseline us", "right"), ("best us", "right"),
+                      ("x baseline", "right"), ("x eager", "right"), ("% roofline", "right"), ("exps", "right"),
+                      ("kept", "right"), ("time", "right"), ("state", "left")):
+        t.add_column(col, justify=just)
+    for k in kernels:
+        state = "exhausted" if k["exhausted"] else ("plateau" if k["plateaued"] else "active")
+        vs_eager = k["speedup"] if k["speedup"] != k["speedup_vs_baseline"] else None
+        t.add_row(k["name"], f"{100 * k['share']:.1f}%", _num(k["baseline_us"]), _num(k["best_us"]),
+                  f"{k['speedup_vs_baseline']:.3f}", _num(vs_eager, ".2f"), _num(k["pct_peak"], ".1f"),
+                  str(k["attempts"]), str(k["kept"]), _fmt_s(k["time_s"]), state)
+    return t
+
+
+def _num(v, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+class Display:
+    """Renders LoopEvents; a Live panel on a terminal, plain lines otherwise."""
+
+    def __init__(self, live: bool):
+        self.state: dict[str, Any] = {}
+        self.current = ""
+        self.last = ""
+        self.log: list[str] = []
+        self.live = Live(self.render(), console=out, refresh_per_second=4, transient=False) if live else None
+
+    def render(self):
+        s = self.state
+        head = Text()
+        head.append(f"run {s.get('run_id', '?')}  ", style="bold")
+        head.append(f"experiments {s.get('experiments', 0)}"
+                    + (f"/{s['max_experiments']}" if s.get("max_experiments") else "") + "  ")
+        head.append(f"predicted model speed-up {s.get('predicted_speedup', 1.0):.3f}x  ", style="green")
+        head.append(f"time left {_fmt_s(s.get('time_left_s'))}")
+        parts = [head, Text(f"now: {self.current}"), Text(f"last: {self.last}")]
+        if s.get("kernels"):
+            parts.append(kernels_table(s["kernels"]))
+        parts += [Text(line, style="dim") for line in self.log[-4:]]
+        return Group(*parts)
+
+    def __call__(self, event) -> None:
+        if event.kind == "state":
+            self.state = event.data
+        elif event.kind == "start":
+            self.current = event.message
+        elif event.kind == "done":
+            self.last = event.message
+            self.current = ""
+        else:
+            self.log.append(event.message)
+        if self.live is not None:
+            self.live.update(self.render())
+        elif event.kind != "state":
+            out.print(f"[{time.strftime('%H:%M:%S')}] {event.message}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("loop")
+    def loop_cmd(
+        ctx: typer.Context,
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model preset, transformers id/dir, or file.py:factory."),
+        hours: float = typer.Option(8.0, "--hours", help="Time budget in hours (resumed runs count time already spent)."),
+        max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="Stop after N experiments in the run."),
+        agent: str = typer.Option("search", "--agent", help="Proposer: search (offline) or llm."),
+        kernels: Optional[str] = typer.Option(None, "--kernels", help="Only these kernel types, comma-separated."),
+        backend: str = typer.Option("triton", "--backend", help="triton or cuda."),
+        resume: Optional[int] = typer.Option(None, "--resume", help="Continue loop run RUN."),
+        batch: int = typer.Option(1, "--batch"),
+        seq: Optional[int] = typer.Option(None, "--seq"),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
+        top: int = typer.Option(5, "--top", help="Kernels to extract when the model is new."),
+        llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (or $AUTOKERNEL_LLM_MODEL)."),
+        provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (or $AUTOKERNEL_LLM_PROVIDER)."),
+        timeout_s: float = typer.Option(600.0, "--timeout", help="Time limit of one bench judgement, seconds."),
+        no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
+    ) -> None:
+        """Optimize a model's bottleneck kernels unattended (profiles and extracts first if needed), then verify."""
+        from autokernel.loop import run_loop
+        from autokernel.store import Store
+        from autokernel.workspace import Workspace
+
+        paths = ctx.obj.ensure()
+        display = Display(live=not as_json and out.is_terminal)
+        types = [t.strip() for t in kernels.split(",") if t.strip()] if kernels else None
+        with Store(paths.db) as store:
+            workspace = Workspace.open(paths)
+            if display.live is not None:
+                display.live.start()
+            try:
+                summary = run_loop(store, workspace, model=model, hours=hours, max_experiments=max_experiments,
+                                   agent=agent, kernels=types, backend=backend, resume_run_id=resume, batch=batch,
+                                   seq=seq, dtype=dtype, top=top, llm_model=llm_model, provider=provider,
+                                   timeout_s=timeout_s, verify=not no_verify,
+                                   on_event=display if not as_json else None)
+            finally:
+                if display.live is not None:
+                    display.live.stop()
+        if as_json:
+            out.print_json(json.dumps(summary.to_dict(), default=str))
+        else:
+            print_summary(summary)
+        if summary.status == "interrupted":
+            raise typer.Exit(130)
+
+
+def print_summary(summary) -> None:
+    out.print(kernels_table(summary.kernels, title=f"loop run {summary.run_id} ({summary.model}, {summary.agent}): "
+                                                   f"{summary.status}"))
+    per_hour = summary.experiments / (summary.elapsed_s / 3600) if summary.elapsed_s else 0.0
+    out.print(f"{summary.experiments} experiments, {summary.kept} kept, {_fmt_s(summary.elapsed_s)} spent "
+              f"({per_hour:.0f}/hour, median {_num(summary.median_experiment_s, '.1f')} s each); "
+              f"stopped: {summary.stop_reason}", highlight=False)
+    out.print(f"predicted end-to-end speed-up (Amdahl): {summary.predicted_speedup:.3f}x", highlight=False)
+    if summary.verify:
+        v = summary.verify
+        keys = [k for k in ("ok", "speedup_vs_eager", "speedup_vs_compile", "amdahl_prediction", "eager_ms", "plugged_ms") if v.get(k) is not None]
+        out.print("verified: " + ", ".join(f"{k} {v[k]}" for k in keys), highlight=False)
+    elif summary.verify_error:
+        err.print(f"verify: {summary.verify_error}", highlight=False)
+    if summary.status == "interrupted":
+        out.print(f"interrupted; continue with: autokernel loop --resume {summary.run_id}", highlight=False)
