@@ -3,6 +3,7 @@ GPU when present), the CUDA starter's compile check and, on the GPU, every defau
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -113,6 +114,26 @@ def test_triton_other_configs_stay_correct(tmp_path):
             check(mod.kernel_fn(*args), args, dtype)
 
 
+def test_triton_tma_variant(tmp_path):
+    """VARIANT "tma": tensor-descriptor loads where the operands qualify (16-byte aligned rows),
+    the pointer kernel where they do not; both correct, with both B layouts and ragged edges."""
+    src = with_config(starter_path("matmul", "triton").read_text(),
+                      {"VARIANT": "tma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32})
+    path = tmp_path / "tma.py"
+    path.write_text(src)
+    mod = import_kernel(read_kernel_file(path))
+    gen = torch.Generator(device=DEVICE).manual_seed(21)
+    a, b = SPEC.make_inputs({"M": 100, "N": 72, "K": 136}, torch.float16, DEVICE, gen, "normal")
+    assert mod._tma_ok(a, 1) and mod._tma_ok(b.t(), 1) and mod._tma_ok(b.contiguous(), 1)
+    for bb in (b, b.contiguous()):
+        check(mod.kernel_fn(a, bb), (a, bb), torch.float16)
+    a, b = SPEC.make_inputs({"M": 17, "N": 33, "K": 40 + 3}, torch.float16, DEVICE, gen, "normal")
+    assert not mod._tma_ok(a, 1)  # 86-byte rows: falls back to the pointer kernel
+    check(mod.kernel_fn(a, b), (a, b), torch.float16)
+    a, b = SPEC.make_inputs({"M": 16, "N": 32, "K": 64}, torch.float32, DEVICE, gen, "normal")
+    check(mod.kernel_fn(a, b), (a, b), torch.float32)  # fp32 always takes the ieee pointer kernel
+
+
 def test_valid_config_rejects_what_hopper_cannot_hold(triton_mod):
     kf = parse_source(starter_path("matmul", "triton").read_text())
     assert triton_mod.valid_config(dict(kf.config))
@@ -131,6 +152,20 @@ def test_triton_gpu_default_shapes(triton_mod, shape, dtype):
     gen = torch.Generator(device="cuda").manual_seed(5)
     args = SPEC.make_inputs(shape, dtype, "cuda", gen, "normal")
     check(triton_mod.kernel_fn(*args), args, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SPEC.default_shapes + SPEC.edge_shapes + [{"M": 100, "N": 72, "K": 136}],
+                         ids=SPEC.shape_label)
+def test_triton_tma_gpu_shapes(tmp_path, shape, dtype):
+    path = tmp_path / "tma.py"
+    path.write_text(with_config(starter_path("matmul", "triton").read_text(), {"VARIANT": "tma"}))
+    mod = import_kernel(read_kernel_file(path))
+    gen = torch.Generator(device="cuda").manual_seed(22)
+    a, b = SPEC.make_inputs(shape, dtype, "cuda", gen, "normal")
+    for bb in (b, b.contiguous()):
+        check(mod.kernel_fn(a, bb), (a, bb), dtype)
 
 
 @pytest.mark.gpu
@@ -250,20 +285,20 @@ def main(argv: list[str]) -> None:
         kf = read_kernel_file(starter_path("matmul", "triton"))
         shapes = [SPEC.default_shapes[0], SPEC.default_shapes[2], SPEC.default_shapes[4]]
         inputs = [SPEC.make_inputs(s, torch.bfloat16, "cuda", gen) for s in shapes]
-        for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 256, 32), (128, 128, 128)):
-            for warps in (4, 8):
-                for stages in (3, 4, 5):
-                    cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_WARPS=warps, NUM_STAGES=stages)
-                    if not base.valid_config(cfg):
-                        continue
-                    row = f"sweep bf16 {bm}x{bn}x{bk} W{warps} S{stages}"
-                    try:
-                        mod = _load("triton", cfg, tmp)
-                        for s, args in zip(shapes, inputs):
-                            row += f" | {SPEC.shape_label(s)} {_tflops(mod.kernel_fn, args, s, torch.bfloat16):6.1f}"
-                    except Exception as exc:
-                        row += f" | failed {type(exc).__name__}: {str(exc)[:120]}"
-                    emit(row)
+        tiles = ((128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 256, 32), (128, 128, 128))
+        for variant, (bm, bn, bk), warps, stages in itertools.product(("pointer", "tma"), tiles, (4, 8), (3, 4)):
+            cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_WARPS=warps, NUM_STAGES=stages,
+                       VARIANT=variant)
+            if not base.valid_config(cfg):
+                continue
+            row = f"sweep bf16 {variant} {bm}x{bn}x{bk} W{warps} S{stages}"
+            try:
+                mod = _load("triton", cfg, tmp)
+                for s, args in zip(shapes, inputs):
+                    row += f" | {SPEC.shape_label(s)} {_tflops(mod.kernel_fn, args, s, torch.bfloat16):6.1f}"
+            except Exception as exc:
+                row += f" | failed {type(exc).__name__}: {str(exc)[:120]}"
+            emit(row)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "matmul_speed.txt").write_text("\n".join(lines) + "\n")
 

@@ -4,6 +4,10 @@ Tiled tl.dot (wgmma on Hopper) with grouped program ordering: GROUP_M row-tiles 
 together so the B tiles they share stay in L2. Any strides (B is usually a weight's .t() view,
 K-stride 1), masked edges. 16-bit inputs use the main tunables; fp32 inputs use their own
 (ieee products: TF32 would miss the fp32 tolerance, and the FMA path needs smaller tiles).
+
+VARIANT "tma" (16-bit only) loads tiles through tensor descriptors (tl.make_tensor_descriptor:
+TMA on Hopper, out-of-bounds zero fill, no masks) when the operands qualify (unit inner stride,
+16-byte aligned base and row strides); otherwise it falls back to the pointer kernel.
 """
 
 import torch
@@ -20,6 +24,7 @@ BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
+VARIANT = "pointer"
 
 # fp32: true fp32 products ("ieee"), or 3xTF32 which is about as exact and faster on tensor cores.
 FP32_BLOCK_M = 64
@@ -36,6 +41,7 @@ SEARCH_SPACE = {
     "GROUP_M": [1, 4, 8, 16],
     "NUM_WARPS": [4, 8],
     "NUM_STAGES": [2, 3, 4, 5],
+    "VARIANT": ["pointer", "tma"],
     "FP32_BLOCK_M": [32, 64, 128],
     "FP32_BLOCK_N": [32, 64, 128],
     "FP32_BLOCK_K": [16, 32],
@@ -103,6 +109,50 @@ def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
 
 
+@triton.jit
+def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b_outer, stride_cm,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                       B_KMAJOR: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    per_group = GROUP * num_n
+    first_m = (pid // per_group) * GROUP
+    group_rows = min(num_m - first_m, GROUP)
+    pid_m = first_m + ((pid % per_group) % group_rows)
+    pid_n = (pid % per_group) // group_rows
+
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BM, BK])
+    if B_KMAJOR:  # B = W.t(): describe W [N, K] and transpose the tile in registers
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b_outer, 1], block_shape=[BN, BK])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b_outer, 1], block_shape=[BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BM, BN])
+
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = a_desc.load([pid_m * BM, k * BK])  # rows/cols past the edge read as zeros
+        if B_KMAJOR:
+            b = b_desc.load([pid_n * BN, k * BK]).T
+        else:
+            b = b_desc.load([k * BK, pid_n * BN])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
+
+
+def _tma_ok(t, inner_dim):
+    """TMA needs a unit inner stride, a 16-byte aligned base and 16-byte aligned outer strides."""
+    outer = 1 - inner_dim
+    es = t.element_size()
+    return (t.stride(inner_dim) == 1 and t.data_ptr() % 16 == 0 and (t.stride(outer) * es) % 16 == 0
+            and t.shape[outer] > 0)
+
+
+def _tma_scratch(size, alignment, stream):
+    # Device-side tensor descriptors live in a global scratch buffer Triton asks the allocator for.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def _config(dtype):
     if dtype == torch.float32:
         return FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
@@ -122,6 +172,16 @@ def kernel_fn(a, b):
         return c.zero_()
     bm, bn, bk, warps, stages, precision = _config(a.dtype)
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    if VARIANT == "tma" and a.dtype != torch.float32:
+        b_kmajor = b.stride(0) == 1 and b.stride(1) != 1
+        if _tma_ok(a, 1) and _tma_ok(c, 1) and (_tma_ok(b.t(), 1) if b_kmajor else _tma_ok(b, 1)):
+            if a.is_cuda:
+                triton.set_allocator(_tma_scratch)
+            _matmul_tma_kernel[grid](
+                a, b, c, M, N, K, a.stride(0), b.stride(1) if b_kmajor else b.stride(0), c.stride(0),
+                BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, B_KMAJOR=b_kmajor, num_warps=warps, num_stages=stages,
+            )
+            return c
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
