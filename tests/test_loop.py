@@ -1,0 +1,185 @@
+"""The loop end to end on the CPU (Triton interpreter, tiny shapes): a real store, a real git
+workspace, the real bench worker. The test kernel's DELAY_MS tunable makes one candidate certainly
+faster (a sleep on the timed shape only, so the correctness stages stay quick); its VARIANT
+"off_by_one" is certainly wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autokernel.store import Store
+from autokernel.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [{"rows": 3, "cols": 40}]
+
+TINY_REDUCE = '''"""Row sums for the loop tests."""
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "reduce"
+BACKEND = "triton"
+
+BLOCK = 256
+DELAY_MS = 300
+VARIANT = "loop"
+
+SEARCH_SPACE = {"BLOCK": [256, 512], "DELAY_MS": [0, 300], "VARIANT": ["loop", "off_by_one"]}
+
+
+def valid_config(cfg):
+    return cfg["BLOCK"] >= 256
+
+
+@triton.jit
+def _row_sum(x_ptr, out_ptr, cols, stride_r, stride_c, BLOCK: tl.constexpr, OFFSET: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * stride_r + offs * stride_c, mask=offs < cols, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0) + OFFSET)
+
+
+def kernel_fn(x):
+    if DELAY_MS and tuple(x.shape) == (3, 40):  # the timed shape only
+        time.sleep(DELAY_MS / 1000.0)
+    rows, cols = x.shape
+    out = torch.empty(rows, device=x.device, dtype=x.dtype)
+    _row_sum[(rows,)](x, out, cols, x.stride(0), x.stride(1), BLOCK=BLOCK,
+                      OFFSET=1.0 if VARIANT == "off_by_one" else 0.0)
+    return out
+'''
+
+
+def add_tiny_kernel(home, source: str = TINY_REDUCE, model: str = "tiny"):
+    store = Store(home.db)
+    ws = Workspace.open(home)
+    name = f"{model}.reduce"
+    sha = ws.add_kernel(name, source, "test kernel")
+    k = store.add_kernel(name, "reduce", model=model, share=0.4, shapes=SHAPES, dtype="float32",
+                         branch=ws.branch_name(name), base_commit=sha)
+    return store, ws, k
+
+
+def check_invariants(store, ws, kernel, run_id):
+    """Numbers unique and contiguous, nothing running, kept rows really faster than the best before
+    them, the branch head at the last kept commit, every experiment commit reachable by its ref."""
+    rows = store.list_experiments(run_id=run_id)
+    assert [e.number for e in rows] == list(range(1, len(rows) + 1))
+    assert not [e for e in rows if e.status == "running"]
+    best = best_iqr = None
+    last_kept = None
+    for e in rows:
+        if e.status == "baseline":
+            best, best_iqr = e.latency_us, e.latency_iqr_us
+            assert e.commit == kernel.base_commit
+        elif e.status == "kept":
+            noise = max(e.latency_iqr_us or 0, best_iqr or 0, 0.01 * best)
+            assert e.latency_us < best - noise
+            best, best_iqr, last_kept = e.latency_us, e.latency_iqr_us, e
+        elif e.status == "reverted":
+            assert e.latency_us is not None and e.correctness == "PASS"
+        if e.status != "abandoned" or e.commit:
+            assert e.commit and json.loads(e.config_json)
+    assert ws.head(kernel.name) == (last_kept.commit if last_kept else kernel.base_commit)
+    refs = ws.experiment_refs()
+    for e in rows:
+        if e.commit and e.proposer != "baseline":
+            assert refs.get(e.tag) == e.commit
+            assert "DELAY_MS = " in ws.read(kernel.name, e.commit)
+    assert ws.list_worktrees() == []
+    return rows
+
+
+def test_search_loop_records_keeps_and_reverts(home):
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home)
+    events = []
+    summary = run_loop(store, ws, model="tiny", hours=1, max_experiments=3, verify=False, timeout_s=120,
+                       on_event=events.append)
+    rows = check_invariants(store, ws, k, summary.run_id)
+    assert summary.status == "finished" and summary.experiments == 3
+    assert rows[0].status == "baseline" and rows[0].proposer == "baseline"
+    by_cfg = {(json.loads(e.config_json)["DELAY_MS"], json.loads(e.config_json)["VARIANT"]): e for e in rows[1:]}
+    statuses = {e.status for e in rows[1:]}
+    # the spread's first points: a wrong variant (judged incorrect) and a 300 ms faster one (kept)
+    assert any(e.status == "incorrect" and e.correctness == "FAIL" for e in rows[1:])
+    fast = [e for (delay, variant), e in by_cfg.items() if delay == 0 and variant == "loop"]
+    assert fast and fast[0].status == "kept", [(e.config_json, e.status) for e in rows]
+    assert "kept" in statuses
+    assert all(e.duration_s and e.duration_s > 0 for e in rows)
+    assert all(e.proposer == "search" for e in rows[1:])
+    assert summary.kernels[0]["speedup_vs_baseline"] > 1.5
+    head_src = ws.read(k.name)
+    assert "DELAY_MS = 0" in head_src
+    run = store.get_run(summary.run_id)
+    assert run.status == "finished" and run.kind == "loop"
+    kinds = {e.kind for e in events}
+    assert {"baseline", "start", "done", "state"} <= kinds
+
+
+def _wait_for(pred, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_resume_after_kill_9(home):
+    store, ws, k = add_tiny_kernel(home)
+    env = dict(os.environ, AUTOKERNEL_HOME=str(home.home), TRITON_INTERPRET="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "autokernel", "loop", "--model", "tiny", "--hours", "1", "--max-experiments", "3",
+           "--no-verify", "--json", "--timeout", "120"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def mid_run():
+            rows = store.list_experiments()
+            done = [e for e in rows if e.proposer == "search" and e.status not in ("running",)]
+            running = [e for e in rows if e.proposer == "search" and e.status == "running" and e.commit]
+            return done and running and (done, running)
+
+        done, running = _wait_for(mid_run, 400, "one finished experiment and one running with its commit")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed = running[0]
+    assert store.get_experiment(killed.id).status == "running"
+    assert ws.list_worktrees(), "the killed experiment's worktree is left behind"
+
+    resume = subprocess.run(cmd[:3] + ["--resume", str(killed.run_id), "--max-experiments", "3", "--no-verify",
+                                       "--json", "--timeout", "120"],
+                            env=env, capture_output=True, text=True, timeout=400)
+    assert resume.returncode == 0, resume.stderr[-3000:]
+    summary = json.loads(resume.stdout)
+    rows = check_invariants(store, ws, k, killed.run_id)
+    assert summary["run_id"] == killed.run_id and summary["status"] == "finished"
+    # nothing lost: the rows before the kill are unchanged; the killed one is abandoned, not redone
+    for e in done:
+        again = store.get_experiment(e.id)
+        assert (again.status, again.commit, again.latency_us) == (e.status, e.commit, e.latency_us)
+    assert store.get_experiment(killed.id).status == "abandoned"
+    assert [e.proposer for e in rows].count("baseline") == 1
+    assert len([e for e in rows if e.proposer == "search"]) == 3 == summary["experiments"]
+    # numbering continued after the abandoned row
+    assert rows[-1].number == killed.number + 1
+    assert store.get_run(killed.run_id).status == "finished"
+    assert len({e.commit for e in rows if e.commit}) == len([e for e in rows if e.commit])

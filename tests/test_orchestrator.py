@@ -1,0 +1,90 @@
+"""Amdahl scheduling: the formula, the choice, plateaus, revisits, and state rebuilt from a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from autokernel.orchestrator import Orchestrator, model_speedup, run_elapsed_s
+from autokernel.store import Store
+
+
+def test_model_speedup_is_amdahl():
+    assert model_speedup([]) == 1.0
+    assert model_speedup([(0.5, 2.0)]) == pytest.approx(1 / (1 - 0.5 * 0.5))  # 1.333
+    assert model_speedup([(0.5, 2.0), (0.3, 1.5)]) == pytest.approx(1 / (1 - 0.25 - 0.1))
+    assert model_speedup([(0.4, 0.5)]) == pytest.approx(1 / 1.4)  # a slower kernel slows the model
+    assert model_speedup([(0.7, 2.0), (0.6, 2.0)]) == pytest.approx(1 / (1 - 0.5))  # shares clipped at 1
+
+
+@pytest.fixture
+def store(home):
+    s = Store(home.db)
+    yield s
+    s.close()
+
+
+def _kernels(store, shares):
+    return [store.add_kernel(f"m.{t}", t, model="m", share=f) for t, f in shares]
+
+
+def _exp(store, run, k, status, latency=None, pct=None, duration=1.0, config=None):
+    return store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, status=status,
+                                latency_us=latency, latency_iqr_us=0.1 if latency else None, pct_peak=pct,
+                                duration_s=duration, config_json=config or "{}",
+                                proposer="baseline" if status == "baseline" else "search")
+
+
+def test_picks_largest_expected_gain_then_moves_on_from_a_plateau(store):
+    run = store.create_run("loop", model="m")
+    big, small = _kernels(store, [("matmul", 0.6), ("softmax", 0.1)])
+    _exp(store, run, big, "baseline", 100.0, pct=40.0)
+    _exp(store, run, small, "baseline", 50.0, pct=40.0)
+    orch = Orchestrator.from_store(store, run.id, [big, small], plateau_after=3)
+    assert orch.pick().kernel_id == big.id
+    for _ in range(3):
+        orch.record(_exp(store, run, big, "reverted", 101.0))
+    assert orch.plateaued(orch.states[big.id])
+    assert orch.pick().kernel_id == small.id
+    for _ in range(3):
+        orch.record(_exp(store, run, small, "incorrect"))
+    # both plateaued: revisit the most promising one, with a fresh patience counter
+    st = orch.pick()
+    assert st.kernel_id == big.id and st.revisits == 1 and st.since_improvement == 0
+    orch.mark_exhausted(big.id)
+    orch.mark_exhausted(small.id)
+    assert orch.pick() is None
+
+
+def test_headroom_and_success_rate_shape_the_gain(store):
+    run = store.create_run("loop", model="m")
+    near, far = _kernels(store, [("rmsnorm", 0.3), ("layernorm", 0.3)])
+    _exp(store, run, near, "baseline", 10.0, pct=90.0)
+    _exp(store, run, far, "baseline", 10.0, pct=30.0)
+    orch = Orchestrator.from_store(store, run.id, [near, far])
+    assert orch.expected_gain(orch.states[far.id]) > orch.expected_gain(orch.states[near.id]) > 0
+    assert orch.pick().kernel_id == far.id
+    # a kernel at its roofline has plateaued whatever its counter says
+    orch.record(_exp(store, run, near, "kept", 8.0, pct=97.0))
+    assert orch.plateaued(orch.states[near.id])
+    # failures lower the success rate and with it the expected gain
+    before = orch.expected_gain(orch.states[far.id])
+    for _ in range(4):
+        orch.record(_exp(store, run, far, "crashed"))
+    assert orch.expected_gain(orch.states[far.id]) < before
+
+
+def test_state_and_time_rebuilt_from_the_store_match(store):
+    run = store.create_run("loop", model="m")
+    (k,) = _kernels(store, [("softmax", 0.5)])
+    _exp(store, run, k, "baseline", 100.0, duration=4.0)
+    _exp(store, run, k, "kept", 50.0, duration=2.0)
+    _exp(store, run, k, "reverted", 60.0, duration=3.0)
+    _exp(store, run, k, "abandoned", duration=None)
+    orch = Orchestrator.from_store(store, run.id, [k])
+    st = orch.states[k.id]
+    assert (st.attempts, st.kept, st.since_improvement) == (2, 1, 1)  # abandoned is no attempt
+    assert st.best_us == 50.0 and st.baseline_us == 100.0 and st.speedup == pytest.approx(2.0)
+    assert orch.predicted_speedup() == pytest.approx(1 / (1 - 0.5 * 0.5))
+    assert orch.total_time_s() == pytest.approx(9.0)
+    # the abandoned row counts the median duration (3 s): its own end time is unknown
+    assert run_elapsed_s(store, run.id) == pytest.approx(9.0 + 3.0)
