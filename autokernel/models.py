@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
