@@ -49,8 +49,22 @@ def _tail(text: str, n: int = 3000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
+def _root(exc: BaseException) -> BaseException:
+    """The original exception: the Triton interpreter wraps what a kernel raises (our stage alarm
+    and bounds check included) in an InterpreterError."""
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None or type(exc).__name__ != "InterpreterError":
+            break
+        exc = nxt
+    return exc
+
+
 def classify(exc: BaseException) -> tuple[str, bool]:
     """(outcome, the CUDA context is poisoned and the worker must restart)."""
+    exc = _root(exc)
     name = type(exc).__name__
     text = str(exc)
     if isinstance(exc, StageTimeout):
@@ -138,6 +152,7 @@ def judge_request(req: dict) -> dict:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
         outcome, restart = classify(exc)
+        exc = _root(exc)
         res.outcome = outcome
         if stage != "load" and stage != "timing" and not any(s.name == stage for s in res.stages):
             res.stages.append(StageVerdict(stage, "error", f"{type(exc).__name__}: {str(exc)[:300]}"))

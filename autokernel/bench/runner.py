@@ -48,7 +48,7 @@ class BenchWorker:
         self._proc: Optional[subprocess.Popen] = None
         self._stderr = None
         self._buf = b""
-        self.info: dict[str, Any] = {}  # the child's hello: device, versions, interpreter mode
+        self._info: dict[str, Any] = {}
         self.restarts = 0
 
     # -- process management -----------------------------------------------------------------
@@ -67,8 +67,16 @@ class BenchWorker:
             err = self._stderr_tail(0)
             self._kill()
             raise BenchError(f"the bench worker did not start: {err or 'no output'}")
-        self.info = hello
+        self._info = hello
         self.restarts += 1
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The child's hello: device name, capability, versions, key, interpreted (starts it if needed)."""
+        if not self.alive():
+            self._kill()
+            self._start()
+        return self._info
 
     def _kill(self) -> None:
         if self._proc is not None:
