@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from report_fixtures import fill_store
+from akfixtures import fill_store, pythonpath
 
 from autokernel import __version__
 from autokernel.cli.app import app
@@ -20,13 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOW = ("profile", "extract", "bench", "loop", "verify", "export", "kb", "report")
 
 
+
 def _registered() -> list[str]:
     names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
     return [n for n in names if n]
 
 
 def _cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "autokernel", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=180)
 
@@ -99,7 +100,7 @@ def test_default_home_is_dot_autokernel_in_cwd(tmp_path):
     fill_store(tmp_path / ".autokernel" / "autokernel.db")
     env = {k: v for k, v in os.environ.items() if k != "AUTOKERNEL_HOME"}
     res = subprocess.run([sys.executable, "-m", "autokernel", "report"], capture_output=True, text=True,
-                         env={**env, "PYTHONPATH": str(ROOT)}, cwd=tmp_path, timeout=180)
+                         env={**env, "PYTHONPATH": pythonpath(ROOT)}, cwd=tmp_path, timeout=180)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("\n") == 8
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from report_fixtures import DESC, fill_store
+from akfixtures import DESC, fill_store, pythonpath
 
 from autokernel.errors import NotFoundError
 from autokernel.report import COLUMNS, amdahl, build_rows, format_md, format_tsv, summarize
@@ -20,6 +20,7 @@ from autokernel.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ("experiment\ttag\tkernel_type\tthroughput_tflops\tlatency_us\tpct_peak\tspeedup_vs_pytorch\tcorrectness\t"
           "peak_vram_mb\tdescription\tstatus\tcommit\tspeedup_vs_compile\tgbps\tbackend\trun")
+
 
 
 @pytest.fixture
@@ -157,11 +158,11 @@ def test_plot_of_empty_store(home, run_cli, tmp_path):
 
 
 def test_report_command_does_not_import_torch(tmp_path):
-    fill_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+    fill_env = {**os.environ, "PYTHONPATH": pythonpath(ROOT, ROOT / "tests"),
                 "AUTOKERNEL_HOME": str(tmp_path / "home")}
     code = ("import sys\n"
             "from pathlib import Path\n"
-            "from report_fixtures import fill_store\n"
+            "from akfixtures import fill_store\n"
             "Path(sys.argv[1]).mkdir(parents=True)\n"
             "fill_store(Path(sys.argv[1]) / 'autokernel.db')\n"
             "from autokernel.cli.app import main\n"

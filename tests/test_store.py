@@ -13,12 +13,15 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlmodel import SQLModel
 
+from akfixtures import pythonpath
+
 from autokernel.errors import NotFoundError, SchemaTooNewError, StoreError
 from autokernel.store import Store
 from autokernel.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from autokernel.store.migrate import applied_versions, bundled_migrations, migrate
 
 TABLES = {"runs", "profiles", "kernels", "experiments", "devices", "llm_calls"}
+
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -221,7 +224,7 @@ def test_store_module_does_not_import_torch(tmp_path):
             "print('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ak.db")], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+                         env={**os.environ, "PYTHONPATH": pythonpath(root)}, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
 

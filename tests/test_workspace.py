@@ -12,6 +12,8 @@ from pathlib import Path
 import git
 import pytest
 
+from akfixtures import pythonpath
+
 from autokernel.config import resolve_home
 from autokernel.errors import NotFoundError, WorkspaceError
 from autokernel.workspace import Workspace, sanitize
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 V1 = "BLOCK_SIZE = 128\n\ndef kernel_fn(x):\n    return x\n"
 V2 = V1.replace("128", "256")
 V3 = V1.replace("128", "512")
+
 
 
 @pytest.fixture
@@ -157,7 +160,7 @@ _CHILD = textwrap.dedent("""
 
 def test_stale_worktree_of_killed_process_is_cleaned(ws, tmp_path):
     ws.add_kernel("k", V1, "starter")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT)}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(ws.root), str(ws.worktrees)],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:

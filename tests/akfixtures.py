@@ -1,12 +1,21 @@
-"""A real store filled with a small, known history, shared by the report and CLI tests."""
+"""Shared test helpers: a real store filled with a small, known history; PYTHONPATH for subprocesses."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from autokernel.store import Store
 
 DESC = "block 256\twith a tab\nand a newline"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pythonpath(*first) -> str:
+    """`first` ahead of any PYTHONPATH already set, for subprocesses (scripts/gpu.sh sets one that
+    holds the wheels the GPU machine lacks)."""
+    parts = [str(p) for p in first] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(parts)
 
 
 def fill_store(db: Path) -> dict:
