@@ -139,6 +139,11 @@ class _Loop:
         for k in self.kernels.values():
             if k.id in done:
                 continue
+            if self.elapsed() >= self.budget_s:
+                # no budget left for a starting point: the kernel is not scheduled in this session
+                self.orch.mark_exhausted(k.id)
+                self.emit(LoopEvent("exhausted", f"{k.name}: no time left for its baseline", {"kernel": k.name}))
+                continue
             self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
             source = self.ws.read(k.name)
             from autokernel.kernelfile import parse_source

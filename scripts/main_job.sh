@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The main job: take a model through every AutoKernel stage that exists, with state in
-# $AUTOKERNEL_HOME (default ./.autokernel). Run it after `bash scripts/setup.sh`.
-#   MODEL      the model to work on (default gpt2-tiny without a GPU, llama-7b with one)
-#   TOP        how many bottleneck kernels to extract (default 5)
+# The main job: run AutoKernel's loop on an embedded default, with state in $AUTOKERNEL_HOME
+# (default ./.autokernel): profile a small preset model, extract its bottleneck kernels, optimize
+# them with the offline search proposer for a few minutes, verify the model with the kept kernels
+# plugged in, and report. Run it after `bash scripts/setup.sh`.
+#   MODEL      the model (default llama-tiny without a GPU, the small `llama` preset with one)
+#   HOURS      the loop's time budget (default 0.05 = 3 minutes)
+#   TOP        how many bottleneck kernels to extract (default 3 without a GPU, 5 with one)
 #   BACKEND    triton | cuda (default triton)
-# It runs only real stages; until `autokernel loop` lands it profiles, extracts the bottleneck
-# kernels, verifies the model with them plugged in, and reports. Nothing is simulated.
+# Extra arguments go to `autokernel loop` (e.g. --max-experiments 10, --agent llm --llm-model M).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -x .venv/bin/python ]]; then
@@ -14,14 +16,17 @@ if [[ -x .venv/bin/python ]]; then
 fi
 
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  MODEL="${MODEL:-llama-7b}"
+  MODEL="${MODEL:-llama}"
+  TOP="${TOP:-5}"
 else
-  MODEL="${MODEL:-gpt2-tiny}"
+  MODEL="${MODEL:-llama-tiny}"
+  TOP="${TOP:-3}"
   export TRITON_INTERPRET=1
-  echo "main_job: no CUDA GPU: running in Triton interpreter mode (TRITON_INTERPRET=1)." \
-       "Kernels run on the CPU, correctly but slowly; timings are CPU timings, not GPU ones."
+  echo "main_job: NO CUDA GPU: interpreter mode (TRITON_INTERPRET=1) on the tiny preset $MODEL with its tiny shapes."
+  echo "main_job: kernels run on the CPU, correctly but slowly; the loop ranks candidates by CPU wall-clock"
+  echo "main_job: time under the interpreter. These are NOT GPU timings and say nothing about GPU speed."
 fi
-TOP="${TOP:-5}"
+HOURS="${HOURS:-0.05}"
 BACKEND="${BACKEND:-triton}"
 
 ak() { echo "+ autokernel $*"; python -m autokernel "$@"; }
@@ -34,7 +39,8 @@ PY
 has() { [[ " $commands " == *" $1 "* ]]; }
 
 if has loop; then
-  ak loop --model "$MODEL" "$@"
+  # the loop profiles and extracts when the store has nothing for the model, then verifies
+  ak loop --model "$MODEL" --hours "$HOURS" --top "$TOP" --backend "$BACKEND" --agent search "$@"
 else
   if has profile; then ak profile --model "$MODEL"; fi
   if has extract; then ak extract --top "$TOP" --backend "$BACKEND"; fi
