@@ -124,6 +124,9 @@ def _token_inputs(family: str, vocab: int, batch: int, seq: int, device: torch.d
             # BERT reads a padding mask and segment ids; causal LMs build their own causal mask
             inputs["attention_mask"] = torch.ones_like(ids)
             inputs["token_type_ids"] = torch.zeros_like(ids)
+        else:
+            # one prefill pass: no KV cache to allocate and copy into (that is generation's cost)
+            inputs["use_cache"] = False
         return inputs
     return make
 

@@ -141,3 +141,16 @@ def test_profile_command_stores_the_profile(home, run_cli):
     assert "rmsnorm" in out and "Amdahl" in out and "other" in out and "profile 2 stored" in out
     code, out, err = run_cli("profile", "--model", "nope/none")
     assert code == 9 and "nope/none" in err
+
+
+@pytest.mark.gpu
+def test_gpu_profile_total_matches_the_measured_forward():
+    b = load_model("llama", batch=1, seq=1024)  # bf16 on the GPU
+    r = profile_model(b, warmup=3, iters=5)
+    assert r.time_basis == "gpu kernel time" and r.entries[-1]["kernel_type"] == "other"
+    # every kernel counted once: the attributed time is the forward pass, give or take launch gaps
+    assert 0.85 * r.forward_ms <= r.total_gpu_ms <= 1.05 * r.forward_ms, (r.total_gpu_ms, r.forward_ms)
+    assert r.entry("matmul")["share"] + r.entry("fused_mlp")["share"] > 0.5
+    assert r.entry("flash_attention")["shapes"][0] == {"batch": 1, "heads": 16, "kv_heads": 16, "seq": 1024,
+                                                       "head_dim": 64, "causal": 1}
+    assert r.entry("other")["share"] < 0.25

@@ -212,3 +212,16 @@ def test_compare_and_amdahl():
     assert amdahl([(0.5, 2.0)]) == pytest.approx(4 / 3)
     assert amdahl([(0.5, 2.0), (0.2, 4.0)]) == pytest.approx(1 / (1 - 0.25 - 0.15))
     assert amdahl([]) == 1.0
+
+
+@pytest.mark.gpu
+def test_gpu_llama_verifies_in_bf16_with_the_starting_kernels(env):
+    store, ws = env
+    store.add_profile("llama", LLAMA_ENTRIES, config={"batch": 2, "seq": 256, "dtype": "bfloat16", "device": "cuda"})
+    kernels = extract(store, ws, top=5)
+    r = verify(store, ws, time_iters=5, with_compile=False)
+    assert r.device != "cpu" and r.dtype == "bfloat16"
+    assert r.ok and not r.failed, [(v.name, v.error) for v in r.failed]
+    assert {v.kernel_type for v in r.plugged} == {k.kernel_type for k in kernels}
+    assert all(v.calls > 0 and v.fallbacks == 0 for v in r.plugged)
+    assert r.eager_ms > 0 and r.plugged_ms > 0
