@@ -302,16 +302,17 @@ class Workspace:
         for line in out.splitlines():
             sha, ref = line.split(" ", 1)
             refs[ref[len(EXPERIMENT_REFS):]] = sha
-        if name is None:
+        if name is None or not refs:
             return refs
-        return {tag: sha for tag, sha in refs.items() if self._kernel_of(sha) == name}
-
-    def _kernel_of(self, sha: str) -> Optional[str]:
-        body = self._run("log", "-1", "--format=%B", sha)
-        for line in reversed(body.splitlines()):
-            if line.startswith("Kernel: "):
-                return line[len("Kernel: "):].strip()
-        return None
+        # one git call for all commit messages, however many experiments there are
+        with _stdin("\n".join(set(refs.values())) + "\n") as fh:
+            logs = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H%x1f%B%x1e", istream=fh)
+        kernel_of = {}
+        for entry in logs.split("\x1e"):
+            sha, _, body = entry.strip().partition("\x1f")
+            kernel_of[sha] = next((line[len("Kernel: "):].strip() for line in reversed(body.splitlines())
+                                   if line.startswith("Kernel: ")), None)
+        return {tag: sha for tag, sha in refs.items() if kernel_of.get(sha) == name}
 
     # -- worktree housekeeping ------------------------------------------------------------------
 
