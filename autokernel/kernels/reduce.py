@@ -11,11 +11,13 @@ The error a correct kernel makes then grows only like the fp32 accumulation erro
 eps32 * sum|x| ~ 6e-8 * 0.8 * sqrt(cols) (times a small factor for summation order), 1e-5 at
 cols=32768, ten times under fp32's 1e-4 and still under it up to about a million columns. A
 16-bit result adds one rounding (2e-3 fp16 / 4e-3 bf16 at |sum| ~ 1), well under 1e-2 / 2e-2.
-A kernel that accumulates in 16 bits is off by ~ulp16 * sqrt(cols) ~ 0.1 at cols=32768 and
-fails, which is the point. Large-magnitude inputs are judged by the relative part.
+A kernel that keeps its running total in 16 bits along a row is off by about
+eps16 * sqrt(cols / 2), 0.06 (fp16) / 0.25 (bf16) at cols=32768, and fails, which is the point
+(tests check it). Large-magnitude inputs are judged by the relative part.
 Adversarial scales (on top of the 1/sqrt(cols) normalisation):
 - "large": x around 1e4/sqrt(cols) (1e3 in fp16): sums in the thousands, relative tolerance.
-- "tiny": around 1e-6/sqrt(cols): fp16 subnormals must be summed, not flushed.
+- "tiny": around 1e-6/sqrt(cols): fp16 subnormals must be summed, not flushed (past a few
+  hundred columns fp16 inputs underflow to zero already when generated; bf16/fp32 do not).
 - "equal": every element 0.5/sqrt(cols): all row sums equal (catches row-mixing bugs) and
   large compared with a random row's sum (no cancellation to hide a dropped chunk).
 """
