@@ -91,9 +91,11 @@ SPEC = KernelSpec(
     edge_shapes=[_s(1, 1), _s(1, 7), _s(3, 4097), _s(7, 33), _s(13, 1000)],
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-4, 1e-4), "bfloat16": (1e-4, 1e-4)},
     adversarial=("large", "tiny", "equal", "masked"),
-    # Eager F.cross_entropy: the fp32 cast, log_softmax (cunn_SoftMaxForward with the
-    # LogSoftMax epilogue) and nll_loss_forward_reduce_cuda_kernel_2d.
-    library_kernel_patterns=("nll_loss", "log_softmax", "LogSoftMax", "cunn_SoftMax", "SoftMaxForward",
-                             "reduce_kernel", "elementwise_kernel"),
+    # Eager F.cross_entropy: the fp32 cast (an elementwise copy), log_softmax
+    # (cunn_SoftMaxForward with the LogSoftMaxForwardEpilogue) and
+    # nll_loss_forward_reduce_cuda_kernel_2d, all under at::native::. Names are matched as
+    # substrings, so none is a word a candidate's own kernel could carry ("log_softmax", "mul").
+    library_kernel_patterns=("nll_loss_forward", "cunn_SoftMaxForward", "LogSoftMaxForwardEpilogue",
+                             "elementwise_kernel", "at::native::"),
     noncontiguous_args=(0, 1),
 )

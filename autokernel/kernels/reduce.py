@@ -74,8 +74,9 @@ SPEC = KernelSpec(
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "tiny", "equal"),
     # at::native::reduce_kernel (TensorIterator reductions), cub's device reductions, and the
-    # cast kernel a sum with dtype= may add.
-    library_kernel_patterns=("reduce_kernel", "DeviceReduce", "DeviceSegmentedReduce", "cub::",
-                             "elementwise_kernel"),
+    # cast kernel a sum with dtype= may add. Substrings specific to the library, so a candidate's
+    # own "row_reduce" kernel is not mistaken for it.
+    library_kernel_patterns=("at::native::reduce_kernel", "DeviceReduceKernel", "DeviceReduceSingleTileKernel",
+                             "DeviceSegmentedReduceKernel", "elementwise_kernel", "at::native::"),
     noncontiguous_args=(0,),
 )

@@ -89,7 +89,10 @@ SPEC = KernelSpec(
     edge_shapes=[_s(1, 1, 1, 2), _s(1, 3, 7, 6), _s(2, 2, 5, 96), _s(3, 1, 17, 80)],
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "tiny", "equal"),
-    # Eager: slices, neg, cat (CatArrayBatchedCopy), mul and add, all TensorIterator kernels.
-    library_kernel_patterns=("elementwise_kernel", "CatArrayBatchedCopy", "cat", "mul", "neg"),
+    # Eager: neg, cat (CatArrayBatchedCopy), mul and add: TensorIterator kernels under
+    # at::native:: (MulFunctor, neg_kernel_cuda, ...). Matched as substrings, so no bare "mul" or
+    # "cat": they would match a candidate's own "accumulate" or "concat" kernel.
+    library_kernel_patterns=("CatArrayBatchedCopy", "elementwise_kernel", "MulFunctor", "neg_kernel_cuda",
+                             "at::native::"),
     noncontiguous_args=(0, 1, 2),
 )
