@@ -79,6 +79,14 @@ def test_hang_is_stopped_by_the_stage_alarm(worker):
 
 
 @pytest.mark.timeout(120)
+def test_hang_inside_a_triton_kernel(worker):
+    # Under the interpreter the alarm fires inside Triton, which wraps it: still a timeout.
+    res = _judge(worker, "hang_in_kernel", timeout_s=4)
+    assert res.outcome == TIMEOUT, res.error
+    assert res.stage("smoke").status == "error"
+
+
+@pytest.mark.timeout(120)
 def test_hang_that_blocks_signals_is_killed_by_the_parent(worker):
     before = worker.restarts
     t0 = time.monotonic()

@@ -34,8 +34,26 @@ class StageTimeout(Exception):
     pass
 
 
+_armed = False
+
+
 def _alarm(signum, frame):
-    raise StageTimeout()
+    if _armed:
+        raise StageTimeout()
+
+
+def _arm(seconds: float) -> None:
+    """Raise StageTimeout after `seconds`, then again every 0.25 s until disarmed: code that
+    swallows one exception (Triton, torch and candidates have broad excepts) cannot hide a hang."""
+    global _armed
+    _armed = True
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+
+
+def _disarm() -> None:
+    global _armed
+    _armed = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def environment() -> dict:
@@ -114,21 +132,21 @@ def judge_request(req: dict) -> dict:
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
-        signal.setitimer(signal.ITIMER_REAL, max(0.5, 0.5 * timeout_s))
+        _arm(max(0.5, 0.5 * timeout_s))
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _disarm()
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
                            module_name=mod.__name__)
         for name, func in STAGE_FUNCS:
             stage = name
-            signal.setitimer(signal.ITIMER_REAL, _stage_limit(name, timeout_s, deadline))
+            _arm(_stage_limit(name, timeout_s, deadline))
             try:
                 verdict = func(ctx)
             except CheckFailure as exc:
                 verdict = StageVerdict(name, "fail", str(exc))
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
             res.stages.append(verdict)
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
@@ -142,13 +160,13 @@ def judge_request(req: dict) -> dict:
         stage = "timing"
         res.outcome = CORRECT
         if cuda:
-            signal.setitimer(signal.ITIMER_REAL, max(1.0, deadline - time.monotonic() - 0.5))
+            _arm(max(1.0, deadline - time.monotonic() - 0.5))
             _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req)
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _disarm()
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
         outcome, restart = classify(exc)
@@ -165,7 +183,7 @@ def judge_request(req: dict) -> dict:
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _disarm()
         signal.signal(signal.SIGALRM, old)
         if cuda:
             try:
