@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.bench import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchWorker,
+from autokernel.bench import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchWorker,
                               bench_file)
 
 FAULTS = Path(__file__).parent / "faults"
@@ -30,6 +30,7 @@ EXPECTED = {
     "syntax_error": ({COMPILE_ERROR}, "syntax error"),
     "no_entry": ({COMPILE_ERROR}, "no kernel_fn"),
     "import_error": ({COMPILE_ERROR}, "triton_that_does_not_exist"),
+    "oom": ({OOM}, "allocate"),
 }
 
 

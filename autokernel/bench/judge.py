@@ -25,8 +25,9 @@ from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
 from autokernel.kernels.spec import dtype_name, to_dtype
 
-# Share of the candidate's time limit each stage may use at most (what is left bounds it too).
-STAGE_SHARE = {"smoke": 0.5, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
+# Share of the candidate's time limit each stage may use at most (what is left bounds it too);
+# smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
+STAGE_SHARE = {"smoke": 0.7, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
 FLAG_SPEEDUP = 10.0
 
 
@@ -94,7 +95,8 @@ def classify(exc: BaseException) -> tuple[str, bool]:
         return COMPILE_ERROR, False
     if "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower():
         return COMPILE_ERROR, False
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
+    if (isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
+            or "can't allocate memory" in text):
         return OOM, False
     if name == "AcceleratorError" or "CUDA error" in text or "illegal memory access" in text or "CUBLAS_STATUS" in text:
         return CRASHED, True
