@@ -135,7 +135,8 @@ class _Loop:
     # -- the experiments ------------------------------------------------------------------------
 
     def baselines(self) -> None:
-        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id) if e.proposer == "baseline"}
+        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id)
+                if e.proposer == "baseline" and e.status != "abandoned"}
         for k in self.kernels.values():
             if k.id in done:
                 continue
@@ -155,7 +156,13 @@ class _Loop:
                                             config_json=json.dumps(cfg, sort_keys=True))
             self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
             t0 = time.monotonic()
-            res = self.bench(k, source, quick=False)
+            try:
+                res = self.bench(k, source, quick=False)
+            except BaseException as exc:  # Ctrl-C or a bench failure: no running row left behind
+                reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+                self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
+                                             duration_s=time.monotonic() - t0, finished_at=utcnow())
+                raise
             fields = res.experiment_fields()
             status = "baseline" if res.correct else fields.get("status", "crashed")
             fields.update(status=status, duration_s=time.monotonic() - t0, finished_at=utcnow())
@@ -473,6 +480,9 @@ def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, d
     except subprocess.TimeoutExpired:
         kill_group(proc)
         raise BenchError(f"CPU timing exceeded {timeout_s:.0f} s") from None
+    except BaseException:  # Ctrl-C: the child is in its own session and would run on
+        kill_group(proc)
+        raise
     if proc.returncode != 0:
         raise BenchError(f"CPU timing failed: {err.decode(errors='replace')[-1500:]}")
     return json.loads(out)

@@ -141,45 +141,74 @@ def _wait_for(pred, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_resume_after_kill_9(home):
+def test_ctrl_c_then_kill_9_then_resume(home):
+    """Ctrl-C ends the current experiment cleanly; a kill -9 leaves it running; --resume goes on
+    with the same run, nothing lost, nothing counted twice."""
     store, ws, k = add_tiny_kernel(home)
     env = dict(os.environ, AUTOKERNEL_HOME=str(home.home), TRITON_INTERPRET="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "autokernel", "loop", "--model", "tiny", "--hours", "1", "--max-experiments", "3",
-           "--no-verify", "--json", "--timeout", "120"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        def mid_run():
-            rows = store.list_experiments()
-            done = [e for e in rows if e.proposer == "search" and e.status not in ("running",)]
-            running = [e for e in rows if e.proposer == "search" and e.status == "running" and e.commit]
-            return done and running and (done, running)
+    base = [sys.executable, "-m", "autokernel", "loop"]
+    tail = ["--max-experiments", "4", "--no-verify", "--json", "--timeout", "120"]
 
-        done, running = _wait_for(mid_run, 400, "one finished experiment and one running with its commit")
+    def mid_run(after: int = 0):
+        def check():
+            rows = store.list_experiments()
+            done = [e for e in rows if e.proposer == "search" and e.status != "running"]
+            running = [e for e in rows if e.proposer == "search" and e.status == "running" and e.commit
+                       and e.number > after]
+            return len(done) >= 1 and running and (done, running[0])
+        return check
+
+    # 1. Ctrl-C in the middle of an experiment
+    proc = subprocess.Popen(base + ["--model", "tiny", "--hours", "1"] + tail, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        done, current = _wait_for(mid_run(), 400, "one finished experiment and one running with its commit")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert json.loads(out)["status"] == "interrupted"
+    run_id = current.run_id
+    row = store.get_experiment(current.id)
+    assert (row.status, row.error) == ("abandoned", "interrupted")
+    assert ws.list_worktrees() == [] and store.get_run(run_id).status == "interrupted"
+    assert refs_ok(ws, row)
+
+    # 2. resume, then kill -9 in the middle of the next experiment
+    resume = base + ["--resume", str(run_id)] + tail
+    proc = subprocess.Popen(resume, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        done, killed = _wait_for(mid_run(after=current.number), 400, "a running experiment after the resume")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    killed = running[0]
     assert store.get_experiment(killed.id).status == "running"
     assert ws.list_worktrees(), "the killed experiment's worktree is left behind"
 
-    resume = subprocess.run(cmd[:3] + ["--resume", str(killed.run_id), "--max-experiments", "3", "--no-verify",
-                                       "--json", "--timeout", "120"],
-                            env=env, capture_output=True, text=True, timeout=400)
-    assert resume.returncode == 0, resume.stderr[-3000:]
-    summary = json.loads(resume.stdout)
-    rows = check_invariants(store, ws, k, killed.run_id)
-    assert summary["run_id"] == killed.run_id and summary["status"] == "finished"
-    # nothing lost: the rows before the kill are unchanged; the killed one is abandoned, not redone
-    for e in done:
+    # 3. resume again: the dead row is abandoned, its worktree removed, the run finishes
+    total = len([e for e in store.list_experiments(run_id=run_id) if e.proposer == "search"]) + 1
+    fin = subprocess.run(base + ["--resume", str(run_id), "--max-experiments", str(total), "--no-verify", "--json",
+                                 "--timeout", "120"], env=env, capture_output=True, text=True, timeout=400)
+    assert fin.returncode == 0, fin.stderr[-3000:]
+    summary = json.loads(fin.stdout)
+    rows = check_invariants(store, ws, k, run_id)
+    assert summary["run_id"] == run_id and summary["status"] == "finished"
+    for e in done:  # nothing lost: rows finished before the kill are unchanged
         again = store.get_experiment(e.id)
         assert (again.status, again.commit, again.latency_us) == (e.status, e.commit, e.latency_us)
     assert store.get_experiment(killed.id).status == "abandoned"
     assert [e.proposer for e in rows].count("baseline") == 1
-    assert len([e for e in rows if e.proposer == "search"]) == 3 == summary["experiments"]
-    # numbering continued after the abandoned row
-    assert rows[-1].number == killed.number + 1
-    assert store.get_run(killed.run_id).status == "finished"
+    assert len([e for e in rows if e.proposer == "search"]) == total == summary["experiments"]
+    assert rows[-1].number == killed.number + 1  # numbering continued after the abandoned row
+    assert store.get_run(run_id).status == "finished"
     assert len({e.commit for e in rows if e.commit}) == len([e for e in rows if e.commit])
+
+
+def refs_ok(ws, row) -> bool:
+    """An abandoned experiment's commit is still reachable by its ref."""
+    return ws.experiment_refs().get(row.tag) == row.commit
