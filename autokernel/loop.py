@@ -298,7 +298,8 @@ def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: 
     return kernels
 
 
-def run_loop(store, workspace, *, model: str | None = None, hours: float = 1.0, max_experiments: int | None = None,
+def run_loop(store, workspace, *, model: str | None = None, hours: float | None = None,
+             max_experiments: int | None = None,
              agent: str = "search", kernels: list[str] | None = None, backend: str = "triton",
              resume_run_id: int | None = None, batch: int = 1, seq: int | None = None, dtype: str | None = None,
              device: str | None = None, top: int = 5, llm_model: str | None = None, provider: str | None = None,
@@ -316,6 +317,9 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float = 1.0, 
         kernels = kernels or opts.get("kernels")
         batch, seq, dtype = opts.get("batch", batch), opts.get("seq", seq), opts.get("dtype", dtype)
         top = opts.get("top", top)
+        # the budget of the original command, unless this one names a new one
+        hours = hours if hours is not None else opts.get("hours")
+        max_experiments = max_experiments if max_experiments is not None else opts.get("max_experiments")
         llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
         n = store.abandon_running(run.id)
         if n:
@@ -327,6 +331,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float = 1.0, 
         run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
             "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
             "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model, "provider": provider})
+    hours = 8.0 if hours is None else float(hours)
     removed = workspace.cleanup_stale()
     if removed:
         emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))

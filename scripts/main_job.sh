@@ -4,7 +4,7 @@
 # them with the offline search proposer for a few minutes, verify the model with the kept kernels
 # plugged in, and report. Run it after `bash scripts/setup.sh`.
 #   MODEL      the model (default llama-tiny without a GPU, the small `llama` preset with one)
-#   HOURS      the loop's time budget (default 0.05 = 3 minutes)
+#   HOURS      the loop's time budget (default 0.05 = 3 minutes with a GPU, 0.1 without)
 #   TOP        how many bottleneck kernels to extract (default 3 without a GPU, 5 with one)
 #   BACKEND    triton | cuda (default triton)
 # Extra arguments go to `autokernel loop` (e.g. --max-experiments 10, --agent llm --llm-model M).
@@ -18,15 +18,16 @@ fi
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   MODEL="${MODEL:-llama}"
   TOP="${TOP:-5}"
+  HOURS="${HOURS:-0.05}"
 else
   MODEL="${MODEL:-llama-tiny}"
   TOP="${TOP:-3}"
+  HOURS="${HOURS:-0.1}"  # the interpreter is slow: the starting points alone take minutes
   export TRITON_INTERPRET=1
   echo "main_job: NO CUDA GPU: interpreter mode (TRITON_INTERPRET=1) on the tiny preset $MODEL with its tiny shapes."
   echo "main_job: kernels run on the CPU, correctly but slowly; the loop ranks candidates by CPU wall-clock"
   echo "main_job: time under the interpreter. These are NOT GPU timings and say nothing about GPU speed."
 fi
-HOURS="${HOURS:-0.05}"
 BACKEND="${BACKEND:-triton}"
 
 ak() { echo "+ autokernel $*"; python -m autokernel "$@"; }

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
     def loop_cmd(
         ctx: typer.Context,
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model preset, transformers id/dir, or file.py:factory."),
-        hours: float = typer.Option(8.0, "--hours", help="Time budget in hours (resumed runs count time already spent)."),
+        hours: Optional[float] = typer.Option(None, "--hours", help="Time budget in hours (default 8; a resumed run keeps its own and counts time already spent)."),
         max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="Stop after N experiments in the run."),
         agent: str = typer.Option("search", "--agent", help="Proposer: search (offline) or llm."),
         kernels: Optional[str] = typer.Option(None, "--kernels", help="Only these kernel types, comma-separated."),
@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
 
 def print_summary(summary) -> None:
     out.print(kernels_table(summary.kernels, title=f"loop run {summary.run_id} ({summary.model}, {summary.agent}): "
-                                                   f"{summary.status}"))
+                                                   f"{summary.status}"), width=max(out.width, 150))
     per_hour = summary.experiments / (summary.elapsed_s / 3600) if summary.elapsed_s else 0.0
     out.print(f"{summary.experiments} experiments, {summary.kept} kept, {_fmt_s(summary.elapsed_s)} spent "
               f"({per_hour:.0f}/hour, median {_num(summary.median_experiment_s, '.1f')} s each); "
