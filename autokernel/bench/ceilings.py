@@ -65,7 +65,7 @@ def measure_ceilings() -> dict:
     n = (1 << 28) if cuda else (1 << 23)  # 1 GiB / 32 MiB of fp32
     src = torch.randn(n, device=dev)
     dst = torch.empty_like(src)
-    ms = _time_ms(lambda: dst.copy_(src), 20 if cuda else 5)
+    ms = _time_ms(lambda s=src, d=dst: d.copy_(s), 20 if cuda else 5)
     out = {"copy_gbps": 2 * n * 4 / (ms * 1e-3) / 1e9}
     del src, dst
     size = 8192 if cuda else 256
@@ -73,7 +73,7 @@ def measure_ceilings() -> dict:
                        (torch.bfloat16, "matmul_tflops_bf16")):
         a = torch.randn(size, size, device=dev, dtype=dtype)
         b = torch.randn(size, size, device=dev, dtype=dtype)
-        ms = _time_ms(lambda: torch.mm(a, b), 10 if cuda else 3)
+        ms = _time_ms(lambda a=a, b=b: torch.mm(a, b), 10 if cuda else 3)
         out[col] = 2 * size**3 / (ms * 1e-3) / 1e12
         del a, b
     if cuda:

@@ -29,7 +29,8 @@ from autokernel.errors import BenchError, KernelFileError
 
 TAIL_CHARS = 4000
 STARTUP_TIMEOUT_S = 180.0  # importing torch + triton (and creating a CUDA context) on a cold machine
-GRACE_S = 5.0  # the child's own stage alarms fire first; the hard kill waits this much longer
+GRACE_S = 5.0
+BASELINE_S = 240.0  # must match judge.BASELINE_S (runner.py does not import torch)  # the child's own stage alarms fire first; the hard kill waits this much longer
 
 
 def _tail(text: str, n: int = TAIL_CHARS) -> str:
@@ -210,7 +211,9 @@ class BenchWorker:
                    "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
                    "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
                    "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings}
-        reply = self.request(payload, timeout_s + GRACE_S)
+        # The candidate's limit plus what the bench itself may spend on baselines / ceilings (GPU).
+        extra = 0.0 if self.info.get("interpreted") else BASELINE_S * ((len(shapes) if shapes else 4) + 1)
+        reply = self.request(payload, timeout_s + GRACE_S + extra)
         if "bench_error" in reply:
             raise BenchError(reply["bench_error"])
         if "result" in reply:
