@@ -85,16 +85,17 @@ def _load_tile(ptrs, rows, n_rows, cols, n_cols, CHECK_ROWS: tl.constexpr, CHECK
 @triton.jit
 def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                  offs_m, offs_d, lo, hi, seq, qk_scale,
-                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr,
+                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASK_D: tl.constexpr,
                  CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr, PRECISION: tl.constexpr):
-    """Fold keys [lo, hi) into the running (acc, l, m) of one query tile."""
+    """Fold keys [lo, hi) into the running (acc, l, m) of one query tile. The causal band is
+    always called with BOUNDS_MASK too (it can reach the sequence end)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                       offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, not EVEN_D)
+                       offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if CAUSAL_MASK or BOUNDS_MASK:
+        if BOUNDS_MASK:
             # Scale before masking: -inf * scale can never become NaN this way.
             keep = offs_n[None, :] < seq
             if CAUSAL_MASK:
@@ -108,7 +109,7 @@ def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                       offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, not EVEN_D)
+                       offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
@@ -122,8 +123,7 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
+              BLOCK_N: tl.constexpr, MASK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     if CAUSAL:
         # Heaviest query blocks (most keys) first; the light ones fill the tail of the grid.
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -142,7 +142,7 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, seq, offs_d, HEAD_DIM, True, not EVEN_D)
+                   offs_m, seq, offs_d, HEAD_DIM, True, MASK_D)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -151,21 +151,21 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
         # Keys [0, m0) are visible to every row of this tile (m0 is a BLOCK_N multiple): no mask.
         acc, l_i, m_i = _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, 0, m0, seq, qk_scale,
-                                     BLOCK_N, HEAD_DIM, EVEN_D, False, False, PRECISION)
+                                     BLOCK_N, HEAD_DIM, MASK_D, False, False, PRECISION)
         # The diagonal band [m0, m0 + BLOCK_M): causal mask, and the sequence end.
         acc, l_i, m_i = _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, m0,
                                      tl.minimum(m0 + BLOCK_M, seq), seq, qk_scale,
-                                     BLOCK_N, HEAD_DIM, EVEN_D, True, True, PRECISION)
+                                     BLOCK_N, HEAD_DIM, MASK_D, True, True, PRECISION)
     else:
         n_full = (seq // BLOCK_N) * BLOCK_N
         acc, l_i, m_i = _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, 0, n_full, seq, qk_scale,
-                                     BLOCK_N, HEAD_DIM, EVEN_D, False, False, PRECISION)
+                                     BLOCK_N, HEAD_DIM, MASK_D, False, False, PRECISION)
         if n_full < seq:
             acc, l_i, m_i = _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                          stride_vn, stride_vd, offs_m, offs_d, n_full, seq, seq,
-                                         qk_scale, BLOCK_N, HEAD_DIM, EVEN_D, False, True, PRECISION)
+                                         qk_scale, BLOCK_N, HEAD_DIM, MASK_D, False, True, PRECISION)
     # Every row saw at least one key (key 0, or its own diagonal), so l_i > 0.
     out = acc / l_i[:, None]
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
@@ -199,7 +199,8 @@ def kernel_fn(q, k, v, causal, scale=None):
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
         o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, MASK_D=(block_d != D),
+        CAUSAL=bool(causal),
         PRECISION=precision, num_warps=warps, num_stages=stages,
     )
     return o
