@@ -5,7 +5,7 @@ measured ceilings. Writes <out>/kernels.json and <out>/RESULTS_kernels.md, and r
 "Kernel library" section of benchmarks/RESULTS.md.
 
     python benchmarks/kernels.py --out $OUT [--types softmax,matmul] [--backends triton,cuda]
-    python benchmarks/kernels.py --from-json path/kernels.json   # re-render RESULTS.md only
+    python benchmarks/kernels.py --from-json a/kernels.json [b/kernels.json]   # re-render RESULTS.md only
 
 A broken starter costs its own row (crashed / timeout / incorrect), never the whole run.
 """
@@ -196,10 +196,13 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the spec's small shapes in fp32 (a CPU smoke run)")
     ap.add_argument("--no-prebuild", action="store_true", help="do not compile the CUDA starters in parallel first")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
-    ap.add_argument("--from-json", type=Path, help="only re-render RESULTS.md from a kernels.json")
+    ap.add_argument("--from-json", type=Path, nargs="+",
+                    help="only re-render RESULTS.md from kernels.json file(s) (several: rows merged, e.g. "
+                         "when the types were run as separate commands)")
     args = ap.parse_args()
     if args.from_json:
-        data = json.loads(args.from_json.read_text())
+        parts = [json.loads(p.read_text()) for p in args.from_json]
+        data = dict(parts[0], rows=[r for part in parts for r in part["rows"]])
     else:
         types = [t for t in args.types.split(",") if t]
         backends = [b for b in args.backends.split(",") if b]
