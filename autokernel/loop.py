@@ -286,6 +286,13 @@ def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: 
         profile = store.add_profile(result.model, result.entries, config=result.config, device=result.device,
                                     total_gpu_ms=result.total_gpu_ms, forward_ms=result.forward_ms)
         del bundle
+        import gc
+
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():  # the bench child needs the memory the model held here
+            torch.cuda.empty_cache()
         emit(LoopEvent("stage", f"extracting the top {top} kernels of profile {profile.id}"))
         extract(store, workspace, profile_id=profile.id, top=top, backend=backend,
                 on_skip=lambda name, why: emit(LoopEvent("stage", f"skipped {name}: {why}")))
