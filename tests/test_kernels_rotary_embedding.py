@@ -57,7 +57,16 @@ def test_spec_costs_and_shapes():
     assert SPEC.flops(s, torch.float32) == 3 * 4 * 32 * 4096 * 128
     labels = {SPEC.shape_label(x) for x in SPEC.default_shapes}
     assert {"1x32x2048x128", "4x32x4096x128"} <= labels
-    assert "cat" in SPEC.library_kernel_patterns and SPEC.noncontiguous_args == (0, 1, 2)
+    assert "CatArrayBatchedCopy" in SPEC.library_kernel_patterns and SPEC.noncontiguous_args == (0, 1, 2)
+    from autokernel.bench.launches import is_foreign
+
+    pats = SPEC.library_kernel_patterns
+    assert is_foreign("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+                      "at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+                      "at::native::binary_internal::MulFunctor<float> > >", pats)
+    for own in ("_rope_kernel", "void rope_kernel<__nv_bfloat16, 8>(__nv_bfloat16 const*, __nv_bfloat16 const*, "
+                "__nv_bfloat16 const*, __nv_bfloat16*, long, long, long, long, Strides)", "rope_concat_mul_neg"):
+        assert not is_foreign(own, pats), own
     assert all(sh["head_dim"] % 2 == 0 for sh in SPEC.small_shapes + SPEC.edge_shapes + SPEC.default_shapes)
 
 
@@ -220,6 +229,8 @@ def timing_report(eager, dtype: torch.dtype, sweep: dict | None) -> None:
         nbytes = SPEC.bytes(shape, dtype)
         for name, fn in fns.items():
             try:
+                fn(*args)  # builds / autotunes outside the timed region
+                torch.cuda.synchronize()
                 ms = do_bench(lambda: fn(*args), rep=200)
             except Exception as exc:
                 emit(f"{KERNEL} {SPEC.shape_label(shape)} {name}: failed {type(exc).__name__}: {str(exc)[-200:]}")
