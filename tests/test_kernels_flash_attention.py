@@ -2,9 +2,10 @@
 CPU, real GPU when present), the CUDA starter's compile check and, on the GPU, every default shape
 and dtype for both backends.
 
-Run as a script on a GPU (`python tests/test_kernels_flash_attention.py [--sweep]`) it times both
-starters against F.scaled_dot_product_attention at the default shapes, and with --sweep the Triton
-starter's 16-bit tunables, printing one line per measurement.
+Run as a script on a GPU (`python tests/test_kernels_flash_attention.py [--sweep] [--sweep-cuda]`)
+it times both starters against F.scaled_dot_product_attention at the default shapes (bf16, fp16),
+and with --sweep / --sweep-cuda the Triton / CUDA starter's 16-bit tunables, one line per
+measurement (also appended to $OUT/flash_attention_speed.txt when $OUT is set).
 """
 
 from __future__ import annotations
@@ -317,55 +318,64 @@ def _sdpa(q, k, v, causal, scale):
 def main(argv: list[str]) -> None:
     import os
     import tempfile
+    from pathlib import Path
 
-    out_lines = []
+    report = Path(os.environ["OUT"], "flash_attention_speed.txt") if os.environ.get("OUT") else None
 
     def emit(line):
         print(line, flush=True)
-        out_lines.append(line)
+        if report is not None:  # line by line: a run cut short still leaves its numbers
+            with report.open("a") as f:
+                f.write(line + "\n")
+
+    def timed(name, fn, s, dtype, ref):
+        try:
+            t = _tflops(fn, s, dtype)
+            return f" | {name} {t:6.1f} TF/s ({100 * t / ref:5.1f}%)"
+        except Exception as exc:
+            return f" | {name} failed: {type(exc).__name__}: {str(exc)[-200:]}"
 
     mods = {"triton": load("triton")}
     try:
         mods["cuda"] = load("cuda")
+        mods["cuda"].kernel_fn(*SPEC.make_inputs(SPEC.small_shapes[0], torch.float16, "cuda"))  # builds it
     except Exception as exc:  # report, keep timing the rest
-        emit(f"cuda starter unavailable: {type(exc).__name__}: {str(exc)[-300:]}")
+        mods.pop("cuda", None)
+        emit(f"cuda starter unavailable: {type(exc).__name__}: {str(exc)[-600:]}")
     emit(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
     for dtype in (torch.bfloat16, torch.float16):
         for s in SPEC.default_shapes:
             ref = _tflops(_sdpa, s, dtype)
-            row = f"{SPEC.shape_label(s):>20} {str(dtype):>15} sdpa {ref:7.1f} TF/s"
+            row = f"{SPEC.shape_label(s):>20} {str(dtype):>15} sdpa {ref:6.1f} TF/s"
             for name, mod in mods.items():
-                try:
-                    t = _tflops(mod.kernel_fn, s, dtype)
-                    row += f" | {name} {t:7.1f} TF/s ({100 * t / ref:5.1f}%)"
-                except Exception as exc:
-                    row += f" | {name} failed: {type(exc).__name__}: {str(exc)[:200]}"
+                row += timed(name, mod.kernel_fn, s, dtype, ref)
             emit(row)
-    if "--sweep" in argv:
-        tmp = tempfile.mkdtemp()
-        from pathlib import Path
-
-        base = mods["triton"]
-        kf = read_kernel_file(starter_path("flash_attention", "triton"))
-        for bm in (64, 128):
+    if "--sweep" not in argv and "--sweep-cuda" not in argv:
+        return
+    tmp = Path(tempfile.mkdtemp())
+    sweep_shapes = (shape(4, 32, 32, 4096, 128, 1), shape(4, 32, 32, 2048, 128, 0), shape(8, 12, 12, 1024, 64, 1))
+    refs = {SPEC.shape_label(s): _tflops(_sdpa, s, torch.bfloat16) for s in sweep_shapes}
+    kf = read_kernel_file(starter_path("flash_attention", "triton"))
+    for bm in ((64, 128) if "--sweep" in argv else ()):
+        for bn in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, NUM_WARPS=warps, NUM_STAGES=stages)
+                    if not mods["triton"].valid_config(cfg):
+                        continue
+                    mod = load("triton", cfg, tmp)
+                    row = f"sweep triton BM{bm} BN{bn} W{warps} S{stages}"
+                    for s in sweep_shapes:
+                        row += timed(SPEC.shape_label(s), mod.kernel_fn, s, torch.bfloat16, refs[SPEC.shape_label(s)])
+                    emit(row)
+    if "cuda" in mods and "--sweep-cuda" in argv:
+        for warps in (2, 4, 8):
             for bn in (32, 64, 128):
-                for warps in (4, 8):
-                    for stages in (2, 3, 4):
-                        cfg = dict(kf.config, BLOCK_M=bm, BLOCK_N=bn, NUM_WARPS=warps, NUM_STAGES=stages)
-                        if not base.valid_config(cfg):
-                            continue
-                        mod = load("triton", cfg, Path(tmp))
-                        row = f"sweep BM{bm} BN{bn} W{warps} S{stages}"
-                        for s in (shape(4, 32, 32, 4096, 128, 1), shape(4, 32, 32, 2048, 128, 0),
-                                  shape(8, 12, 12, 1024, 64, 1)):
-                            try:
-                                row += f" | {SPEC.shape_label(s)} {_tflops(mod.kernel_fn, s, torch.bfloat16):6.1f}"
-                            except Exception as exc:
-                                row += f" | {SPEC.shape_label(s)} failed {type(exc).__name__}"
-                        emit(row)
-    if os.environ.get("OUT"):
-        Path_ = __import__("pathlib").Path
-        Path_(os.environ["OUT"], "flash_attention_speed.txt").write_text("\n".join(out_lines) + "\n")
+                mod = load("cuda", {"NUM_WARPS": warps, "BLOCK_N": bn}, tmp)
+                row = f"sweep cuda W{warps} BN{bn}"
+                for s in sweep_shapes:
+                    row += timed(SPEC.shape_label(s), mod.kernel_fn, s, torch.bfloat16, refs[SPEC.shape_label(s)])
+                emit(row)
 
 
 if __name__ == "__main__":

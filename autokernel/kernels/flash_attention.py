@@ -37,8 +37,6 @@ Adversarial scales:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
