@@ -85,6 +85,8 @@ def kernel_fn(x):
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
     if rows == 0 or cols == 0:
         return y
+    if cols > 1 and x.stride(1) != 1 and x.stride(1) * cols >= 2**31:
+        x = x.contiguous()  # column offsets are 32-bit in the kernels
     if cols <= MAX_FUSED_COLS:
         block_n = max(triton.next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
