@@ -31,6 +31,7 @@ EXPECTED = {
     "no_entry": ({COMPILE_ERROR}, "no kernel_fn"),
     "import_error": ({COMPILE_ERROR}, "triton_that_does_not_exist"),
     "oom": ({OOM}, "allocate"),
+    "tamper": ({CHEAT}, "modified the bench"),
 }
 
 

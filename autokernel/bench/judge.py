@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -104,6 +105,33 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return CRASHED, False
 
 
+def _snapshot_bench() -> dict:
+    """The judge's own functions as loaded. Candidate code runs in this process, so a file that
+    patches the bench (say checks.compare -> no-op) must be caught: compared after every stage."""
+    import types
+
+    from autokernel.bench import checks, launches, stages
+
+    snap = {}
+    for mod in (checks, launches, stages, sys.modules[__name__]):
+        for k, v in vars(mod).items():
+            if isinstance(v, (types.FunctionType, type)) and not k.startswith("__"):
+                snap[(mod.__name__, k)] = v
+    for k in ("equal", "isfinite", "isnan", "allclose", "nonzero", "where"):
+        snap[("torch", k)] = getattr(torch, k)
+    return snap
+
+
+_INTEGRITY: dict = {}
+
+
+def _tampered() -> str | None:
+    for (mod, k), v in _INTEGRITY.items():
+        if getattr(sys.modules[mod], k, None) is not v:
+            return f"{mod}.{k}"
+    return None
+
+
 def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
     return max(0.5, min(STAGE_SHARE[name] * timeout_s, deadline - time.monotonic() - 0.5))
 
@@ -130,6 +158,10 @@ def judge_request(req: dict) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
+    if not _INTEGRITY:
+        _INTEGRITY.update(_snapshot_bench())
+    elif _tampered():  # a previous candidate got past the check: never judge in a tampered process
+        return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
     old = signal.signal(signal.SIGALRM, _alarm)
     stage = "load"
     try:
@@ -151,6 +183,10 @@ def judge_request(req: dict) -> dict:
                 verdict = StageVerdict(name, "fail", str(exc))
             _disarm()
             res.stages.append(verdict)
+            changed = _tampered()
+            if changed:
+                res.outcome, res.error = CHEAT, f"the candidate modified the bench itself ({changed})"
+                return {"result": res.to_dict(), "restart": True}
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
                 why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda)
