@@ -12,6 +12,8 @@ from autokernel.errors import KernelFileError
 
 HAS_CUDA = torch.cuda.is_available()
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed")
+needs_toolchain = pytest.mark.skipif(HAS_CUDA and build.toolchain_missing() is not None,
+                                     reason=f"cannot build CUDA extensions: {build.toolchain_missing()}")
 
 FILL_CU = r"""
 #ifndef FILL_VALUE
@@ -77,7 +79,8 @@ def test_dtype_codes_and_arch():
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the no-GPU error")
 def test_load_extension_without_gpu(home):
-    with pytest.raises(KernelFileError, match="CUDA device"):
+    assert build.toolchain_missing() == "no CUDA device"
+    with pytest.raises(KernelFileError, match="no CUDA device"):
         load_extension("fill", FILL_CU, FILL_CPP, ["fill"], defines={"FILL_VALUE": 1})
 
 
@@ -104,6 +107,7 @@ def test_compile_check_host_part():
 
 
 @pytest.mark.gpu
+@needs_toolchain
 def test_load_extension_builds_and_caches(home):
     stream = torch.cuda.current_stream().cuda_stream
     like = torch.empty(1, device="cuda")
@@ -124,6 +128,7 @@ def test_load_extension_builds_and_caches(home):
 
 
 @pytest.mark.gpu
+@needs_toolchain
 def test_load_extension_compile_error(home):
     with pytest.raises(KernelFileError, match="failed to build") as info:
         load_extension("broken", FILL_CU + "\nint oops = ;\n", FILL_CPP, ["fill"], defines={"FILL_VALUE": 1})

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from autokernel.bench.launches import is_foreign
-from autokernel.cuda.build import compile_check, nvcc_available
+from autokernel.cuda.build import compile_check, nvcc_available, toolchain_missing
 from autokernel.kernelfile import import_kernel, parse_source, read_kernel_file, with_config
 from autokernel.kernels import get_spec, starter_path
 
@@ -133,6 +133,8 @@ def cuda_mod(tmp_path_factory):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", SPEC.default_shapes, ids=SPEC.shape_label)
 def test_gpu_default_shapes(triton_mod, cuda_mod, backend, shape, dtype):
+    if backend == "cuda" and toolchain_missing():
+        pytest.skip(f"cannot build CUDA extensions: {toolchain_missing()}")
     mod = triton_mod if backend == "triton" else cuda_mod
     args = inputs(shape, dtype)
     check(mod.kernel_fn(*args), args, dtype)
@@ -141,6 +143,8 @@ def test_gpu_default_shapes(triton_mod, cuda_mod, backend, shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["triton", "cuda"])
 def test_gpu_edges_and_scales(triton_mod, cuda_mod, backend):
+    if backend == "cuda" and toolchain_missing():
+        pytest.skip(f"cannot build CUDA extensions: {toolchain_missing()}")
     mod = triton_mod if backend == "triton" else cuda_mod
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for shape in SPEC.edge_shapes + SPEC.small_shapes:

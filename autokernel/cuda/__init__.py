@@ -1,7 +1,8 @@
 """CUDA C++ kernels: the build helper (build.py) and the CUDA starting kernels (starters/)."""
 
 from autokernel.cuda.build import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, compile_check, dtype_code,
-                                   load_extension, nvcc_available)
+                                   load_extension, nvcc_available, toolchain_missing)
 
 __all__ = ["DTYPE_BF16", "DTYPE_F16", "DTYPE_F32", "compile_check", "dtype_code", "load_extension",
-           "nvcc_available"]
+           "nvcc_available",
+           "toolchain_missing"]

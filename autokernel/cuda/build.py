@@ -125,8 +125,9 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
     with _LOCK:
         if key in _BUILT:
             return _BUILT[key]
-        if not torch.cuda.is_available():
-            raise KernelFileError("building a CUDA kernel needs a CUDA device; none is available")
+        missing = toolchain_missing()
+        if missing:
+            raise KernelFileError(f"cannot build CUDA kernel {name}: {missing}")
         build_dir = resolve_home().cache / "cuda" / key
         build_dir.mkdir(parents=True, exist_ok=True)
         cpp_path, cu_path = build_dir / "main.cpp", build_dir / "kernel.cu"
@@ -156,6 +157,35 @@ def _nvcc() -> str | None:
 
 def nvcc_available() -> bool:
     return _nvcc() is not None
+
+
+def _ensure_ninja() -> bool:
+    """torch's JIT build runs `ninja` from PATH; the pip `ninja` package (e.g. installed with
+    --target, whose bin/ is not on PATH) is put there when the command is missing."""
+    if shutil.which("ninja"):
+        return True
+    try:
+        import ninja  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    bin_dir = getattr(ninja, "BIN_DIR", None)
+    if bin_dir and (Path(bin_dir) / "ninja").exists():
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+        return True
+    return False
+
+
+def toolchain_missing() -> str | None:
+    """Why load_extension cannot build here (no CUDA device, nvcc or ninja), or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not nvcc_available():
+        return "nvcc not found (set CUDA_HOME)"
+    if not _ensure_ninja():
+        return "ninja not found (pip install ninja)"
+    return None
 
 
 def _cuda_include() -> str:
