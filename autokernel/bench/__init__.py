@@ -1,6 +1,18 @@
 """The bench: judges one kernel file (5 correctness stages, anti-cheat, GPU timing, roofline) in an
 isolated worker subprocess. Importing this package does not import torch; `calibrate` and
-`device_key` do, when called."""
+`device_key` do, when called.
+
+    bench_file(path, shapes=[...], weights=[...], dtype="bfloat16", quick=False, timeout_s=600,
+               baselines=True, ceilings=None) -> BenchResult        # one-shot worker
+    with BenchWorker() as w:                                       # many candidates, warm caches
+        w.judge(path | None, source=..., ...) -> BenchResult
+    calibrate(store, force=False, worker=None) -> Device           # measured ceilings, stored once
+    ceilings_of(device) -> dict                                    # pass as ceilings= (GPU roofline)
+
+Module map: runner (caller side, process control), worker (child main loop), judge (one
+candidate end to end), stages (the five stages), checks (one check's guards), launches
+(anti-cheat evidence, interpreter bounds check), timing (CUDA events), ceilings (roofline).
+"""
 
 from __future__ import annotations
 

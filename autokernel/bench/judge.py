@@ -189,6 +189,10 @@ def judge_request(req: dict) -> dict:
                 return {"result": res.to_dict(), "restart": True}
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
+                lib = sorted({short_name(n) for n in ctx.launches.gpu_kernels
+                              if any(pat in n for pat in spec.library_kernel_patterns)})
+                if lib:  # allowed next to its own kernels (e.g. a copy), but shown for review
+                    res.extra["library_kernels"] = lib[:10]
                 why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda)
                 if verdict.status == "pass" and why:
                     res.outcome, res.error = CHEAT, why
