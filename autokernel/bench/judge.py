@@ -136,7 +136,11 @@ def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
     return max(0.5, min(STAGE_SHARE[name] * timeout_s, deadline - time.monotonic() - 0.5))
 
 
-def judge_request(req: dict) -> dict:
+def _no_notify(msg: dict) -> None:
+    pass
+
+
+def judge_request(req: dict, notify=_no_notify) -> dict:
     try:
         spec = get_spec(req["kernel_type"])
     except KeyError as exc:
@@ -203,7 +207,7 @@ def judge_request(req: dict) -> dict:
         stage = "timing"
         res.outcome = CORRECT
         if cuda:
-            _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req, deadline)
+            _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req, deadline, notify)
             _disarm()
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
@@ -236,7 +240,7 @@ def judge_request(req: dict) -> dict:
 
 
 def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str, req: dict,
-              deadline: float) -> None:
+              deadline: float, notify=_no_notify) -> None:
     """Time the candidate against its own deadline; the baselines (torch.compile can take a while
     on a cold cache) and the ceilings run on BASELINE_S of their own, which the parent adds."""
     from autokernel.bench import timing
@@ -245,12 +249,15 @@ def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str,
 
     def bench_work(fn_, *a):
         t0 = time.monotonic()
+        notify({"extend_s": BASELINE_S})  # the parent's hard limit moves with this clock
         _arm(BASELINE_S)
         try:
             return fn_(*a)
         finally:
             _disarm()
-            bench_time[0] += time.monotonic() - t0
+            spent = time.monotonic() - t0
+            bench_time[0] += spent
+            notify({"extend_s": spent - BASELINE_S})
 
     def candidate_clock() -> None:
         _arm(max(1.0, deadline + bench_time[0] - time.monotonic() - 0.5))

@@ -42,7 +42,7 @@ def main() -> int:
             break
         try:
             if op == "judge":
-                send(judge.judge_request(req))
+                send(judge.judge_request(req, notify=send))
             elif op == "calibrate":
                 from autokernel.bench.ceilings import measure_ceilings
 
