@@ -72,14 +72,19 @@ def valid_config(cfg):
 
 @triton.jit
 def _load_tile(ptrs, rows, n_rows, cols, n_cols, CHECK_ROWS: tl.constexpr, CHECK_COLS: tl.constexpr):
-    # Masks only where the tile can cross an edge: the unmasked load is the fast path.
+    # Masks only where the tile can cross an edge: the unmasked load is the fast path. One return
+    # at the end: the compiler resolves these constexpr branches and keeps only the taken load.
     if CHECK_ROWS:
         if CHECK_COLS:
-            return tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
-        return tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
-    if CHECK_COLS:
-        return tl.load(ptrs, mask=cols[None, :] < n_cols, other=0.0)
-    return tl.load(ptrs)
+            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+    else:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=cols[None, :] < n_cols, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
 
 
 @triton.jit
