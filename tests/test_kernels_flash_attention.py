@@ -154,6 +154,7 @@ def test_valid_config(triton_mod):
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=64, BLOCK_N=128))  # diagonal off-block
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=256, BLOCK_N=128, NUM_STAGES=5))  # smem
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=256, NUM_WARPS=4))  # registers
+    assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=128, BLOCK_N=64, NUM_WARPS=4))  # spills
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
@@ -298,7 +299,7 @@ def test_triton_gpu_search_space_corners(tmp_path):
     for cfg in ({"BLOCK_M": 64, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2},
                 {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 2,
                  "FP32_PRECISION": "tf32x3"},
-                {"BLOCK_M": 128, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 4}):
+                {"BLOCK_M": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 4}):
         mod = load("triton", cfg, tmp_path)
         for dtype in ALL_DTYPES:
             gpu_check(mod, shape(2, 8, 2, 1000, 128, 1), dtype)
