@@ -218,7 +218,9 @@ def compile_check(cuda_src: str, cpp_src: str | None = None, extra_cuda_cflags: 
     with tempfile.TemporaryDirectory(prefix="ak_cuda_check_") as tmp:
         cu = Path(tmp) / "kernel.cu"
         cu.write_text(render_cu(cuda_src))
-        jobs = [("nvcc", [nvcc, "-c", "-std=c++17", "-O1", "-arch=sm_90", *dflags, *extra_cuda_cflags,
+        # torch's own nvcc flags (no implicit half/bf16 conversions...) so CI sees what the build sees.
+        common = list(getattr(cpp_extension, "COMMON_NVCC_FLAGS", []))
+        jobs = [("nvcc", [nvcc, "-c", "-std=c++17", "-O1", "-arch=sm_90", *common, *dflags, *extra_cuda_cflags,
                           str(cu), "-o", str(Path(tmp) / "kernel.o")])]
         if cpp_src is not None:
             cpp = Path(tmp) / "main.cpp"
