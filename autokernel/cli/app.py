@@ -40,13 +40,14 @@ def root(
 # (each stage's module adds itself here as it lands, in flow order)
 from autokernel.cli import bench as _bench  # noqa: E402
 from autokernel.cli import export as _export  # noqa: E402
+from autokernel.cli import kb as _kb  # noqa: E402
 from autokernel.cli import extract as _extract  # noqa: E402
 from autokernel.cli import loop as _loop  # noqa: E402
 from autokernel.cli import profile as _profile  # noqa: E402
 from autokernel.cli import verify as _verify  # noqa: E402
 from autokernel.cli import report as _report  # noqa: E402
 
-_COMMAND_MODULES: tuple = (_profile, _extract, _bench, _loop, _verify, _export, _report)
+_COMMAND_MODULES: tuple = (_profile, _extract, _bench, _loop, _verify, _export, _kb, _report)
 
 for _module in _COMMAND_MODULES:
     _module.register(app)

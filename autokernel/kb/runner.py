@@ -1,0 +1,282 @@
+"""`autokernel kb run`: KernelBench problems through the same loop as `autokernel loop`.
+
+Each problem is a kernel of the store (name kb.<source>.L<level>.<id>, type "kb") with a branch in
+the workspace whose kernel.py is the problem's ModelNew (solutions.initial_solution). The
+optimization is the loop's own machinery (loop._Loop: baseline row, proposer, worktree per
+experiment, keep/revert, every experiment a store row, kill -9 safe), with three differences:
+the judge is the KernelBench judge bound to the problem (evaluate.KBWorker), the proposer gets a
+problem description instead of a kernel-type spec, and a problem stops after
+`experiments_per_problem` experiments of this run. Problems are worked on one after another; a
+problem that fails (bench error) is recorded and the next one starts.
+
+Resumable: `--resume` takes the latest kb run (or a given one), marks rows a dead process left
+"running" as abandoned, and goes on; problems that already have their experiments are skipped,
+numbers come from the store, nothing is counted twice. Library code: events go to on_event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, ProposerError
+from autokernel.kb.problems import Problem, load_problems, resolve_source, source_label
+from autokernel.loop import LoopEvent, _Loop, _row
+from autokernel.proposers import SearchExhausted, make_proposer
+
+KERNEL_TYPE = "kb"
+
+
+@dataclass
+class KBRunSummary:
+    run_id: int
+    status: str  # finished | interrupted
+    source: str
+    source_label: str
+    level: int
+    agent: str
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    experiments: int = 0
+    kept: int = 0
+    elapsed_s: float = 0.0
+    stop_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _ProblemSpec:
+    """What the proposers get where a kernel type would give its spec: the problem itself."""
+
+    def __init__(self, problem: Problem):
+        self.name = KERNEL_TYPE
+        self.description = (f"KernelBench {problem.label()}. The file must define class ModelNew with Model's "
+                            f"constructor and forward signatures, computing the same outputs with its own Triton "
+                            f"kernels (fp32 tolerance 1e-4). The problem file:")
+        self.reference = _Code(problem.code)
+
+
+class _Code:
+    def __init__(self, code: str):
+        self.code = code
+
+    def __repr__(self) -> str:
+        return self.code
+
+
+class _KBLoop(_Loop):
+    """The loop on one problem."""
+
+    def __init__(self, *a, problem: Problem, per_problem: Optional[int], **kw):
+        super().__init__(*a, **kw)
+        self.problem = problem
+        self.per_problem = per_problem
+        self.spec = _ProblemSpec(problem)
+
+    def count(self) -> int:
+        return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline"
+                   and e.kernel_id in self.kernels)
+
+    def propose(self, k):
+        source = self.ws.read(k.name)
+        history = self.store.list_experiments(kernel_id=k.id)
+        try:
+            proposal = self.proposer.propose(source, self.spec, history, self.last_result.get(k.id),
+                                             kernel=self.context(k))
+        except SearchExhausted as exc:
+            self.orch.mark_exhausted(k.id)
+            self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
+            return None
+        except ProposerError as exc:
+            n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
+            self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
+            if n >= 3:
+                self.orch.mark_exhausted(k.id)
+            return None
+        self.failures[k.id] = 0
+        return proposal
+
+    def run_budget(self) -> str:
+        while True:
+            if self.elapsed() >= self.budget_s:
+                return "time budget spent"
+            if self.per_problem is not None and self.count() >= self.per_problem:
+                return f"{self.per_problem} experiments done"
+            st = self.orch.pick()
+            if st is None:
+                return "nothing left to try"
+            k = self.kernels[st.kernel_id]
+            proposal = self.propose(k)
+            if proposal is not None:
+                self.experiment(k, proposal)
+
+
+def problem_meta(kernel) -> dict[str, Any]:
+    try:
+        data = json.loads(kernel.shapes_json or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return data.get("kb", {}) if isinstance(data, dict) else {}
+
+
+def ensure_problem_kernel(store, workspace, problem: Problem, emit: Callable[[LoopEvent], None]):
+    """The problem's kernel row and branch, created with the initial ModelNew when new."""
+    from autokernel.kb.solutions import initial_solution
+
+    k = store.find_kernel(problem.kernel_name)
+    if k is not None and workspace.has_kernel(problem.kernel_name):
+        return k
+    sol = initial_solution(problem)
+    emit(LoopEvent("stage", f"{problem.kernel_name}: {sol.describe()}", {"kernel": problem.kernel_name,
+                                                                         "start": sol.kind}))
+    base = None
+    if not workspace.has_kernel(problem.kernel_name):
+        base = workspace.add_kernel(problem.kernel_name, sol.source, f"{problem.label()}: {sol.describe()}")
+    meta = {"shapes": [], "kb": {**problem.to_dict(), "start": sol.kind, "library": sol.library,
+                                 "start_description": sol.describe(), "degenerate": None}}
+    if k is None:
+        k = store.add_kernel(problem.kernel_name, KERNEL_TYPE, backend="triton", model=_model_key(problem),
+                             share=1.0, shapes=None, dtype="float32", branch=workspace.branch_name(problem.kernel_name),
+                             base_commit=base or workspace.head(problem.kernel_name))
+    return store.update_kernel(k.id, shapes_json=json.dumps(meta))
+
+
+def _model_key(problem: Problem) -> str:
+    return f"kb:{problem.source}:L{problem.level}" + ("" if problem.size == "default" else f":{problem.size}")
+
+
+def _record_degenerate(store, k, res) -> None:
+    deg = (res.extra or {}).get("degenerate") if res is not None else None
+    data = json.loads(k.shapes_json or "{}")
+    if not isinstance(data, dict):
+        data = {"shapes": data}
+    kb = data.setdefault("kb", {})
+    if deg is not None or "degenerate" not in kb or kb.get("degenerate") is None:
+        kb["degenerate"] = deg
+        store.update_kernel(k.id, shapes_json=json.dumps(data))
+
+
+def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None = None, source: str | None = None,
+           kb_path: str | None = None, size: str = "default", experiments_per_problem: int | None = 3,
+           hours: float | None = None, agent: str = "search", resume: bool | int = False,
+           llm_model: str | None = None, provider: str | None = None, timeout_s: float = 600.0,
+           worker=None, proposer=None, on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
+    emit = on_event or (lambda e: None)
+    if resume:
+        run = store.get_run(int(resume)) if not isinstance(resume, bool) else store.latest_run(kind="kb")
+        if run is None:
+            raise NotFoundError("no kb run to resume", hint="start one with `autokernel kb run --level N`")
+        if run.kind != "kb":
+            raise ConfigError(f"run {run.id} is a {run.kind} run, not a kb run")
+        opts = json.loads(run.config_json or "{}")
+        level, ids, source = opts.get("level"), opts.get("ids"), opts.get("source")
+        kb_path, size, agent = opts.get("kb_path") or kb_path, opts.get("size", size), run.agent or agent
+        experiments_per_problem = opts.get("experiments_per_problem", experiments_per_problem)
+        hours = hours if hours is not None else opts.get("hours")
+        llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
+        n = store.abandon_running(run.id)
+        if n:
+            emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
+        run = store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
+    else:
+        if level is None:
+            raise ConfigError("--level is required (or --resume)")
+        source = resolve_source(source, kb_path)
+        run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
+            "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None, "size": size,
+            "experiments_per_problem": experiments_per_problem, "hours": hours, "llm_model": llm_model,
+            "provider": provider})
+    problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
+    emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from {source_label(source)}"))
+    budget_s = (8.0 if hours is None else float(hours)) * 3600.0
+    removed = workspace.cleanup_stale()
+    if removed:
+        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
+    own_worker = worker is None
+    if own_worker:
+        from autokernel.kb.evaluate import KBWorker
+
+        worker = KBWorker()
+    if proposer is None:
+        proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
+    status, reason = "finished", "every problem done"
+    per_problem: list[dict[str, Any]] = []
+    try:
+        for i, p in enumerate(problems, 1):
+            emit(LoopEvent("problem", f"[{i}/{len(problems)}] {p.label()}", {"index": i, "total": len(problems),
+                                                                            "kernel": p.kernel_name}))
+            try:
+                k = ensure_problem_kernel(store, workspace, p, emit)
+                loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
+                               judge=worker.judge_for(p), budget_s=budget_s, max_experiments=None,
+                               timeout_s=timeout_s, on_event=emit, problem=p, per_problem=experiments_per_problem)
+                loop.reconcile()
+                loop.baselines()
+                base = next((e for e in store.list_experiments(run_id=run.id, kernel_id=k.id)
+                             if e.proposer == "baseline" and e.status != "abandoned"), None)
+                if k.id in loop.last_result:
+                    _record_degenerate(store, store.get_kernel(k.id), loop.last_result[k.id])
+                why = loop.run_budget()
+                emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}", {"kernel": p.kernel_name,
+                                                                            "baseline": _row(base) if base else None}))
+            except KeyboardInterrupt:
+                raise
+            except AutoKernelError as exc:  # one problem failing does not stop the run
+                emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
+            if time_spent(store, run.id) >= budget_s:
+                reason = "time budget spent"
+                break
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "interrupted by the user"
+    except BaseException:
+        store.finish_run(run.id, "failed")
+        raise
+    finally:
+        if own_worker:
+            worker.close()
+    store.finish_run(run.id, status)
+    return summarize_run(store, run.id, status=status, reason=reason)
+
+
+def time_spent(store, run_id: int) -> float:
+    from autokernel.orchestrator import run_elapsed_s
+
+    return run_elapsed_s(store, run_id)
+
+
+def summarize_run(store, run_id: int, *, status: str = "finished", reason: str = "") -> KBRunSummary:
+    run = store.get_run(run_id)
+    opts = json.loads(run.config_json or "{}")
+    rows = store.list_experiments(run_id=run_id)
+    by_kernel: dict[int, list] = {}
+    for e in rows:
+        by_kernel.setdefault(e.kernel_id, []).append(e)
+    problems = []
+    for kid, exps in by_kernel.items():
+        k = store.get_kernel(kid)
+        meta = problem_meta(k)
+        base = next((e for e in exps if e.proposer == "baseline" and e.status != "abandoned"), None)
+        good = [e for e in exps if e.status in ("kept", "baseline") and e.latency_us is not None]
+        best = min(good, key=lambda e: e.latency_us) if good else None
+        problems.append({"kernel": k.name, "problem_id": meta.get("problem_id"), "name": meta.get("name"),
+                         "start": meta.get("start"), "degenerate": meta.get("degenerate"),
+                         "baseline_status": base.status if base else None,
+                         "baseline_error": (base.error or "")[:300] if base and base.status != "baseline" else None,
+                         "best_us": best.latency_us if best else None,
+                         "speedup_vs_eager": best.speedup_vs_eager if best else None,
+                         "speedup_vs_compile": best.speedup_vs_compile if best else None,
+                         "experiments": sum(1 for e in exps if e.proposer != "baseline"),
+                         "kept": sum(1 for e in exps if e.status == "kept")})
+    problems.sort(key=lambda d: (d["problem_id"] is None, d["problem_id"]))
+    exps = [e for e in rows if e.proposer != "baseline"]
+    return KBRunSummary(run_id=run_id, status=status, source=opts.get("source", ""),
+                        source_label=source_label(opts.get("source", "")), level=opts.get("level"),
+                        agent=run.agent or "", problems=problems, experiments=len(exps),
+                        kept=sum(1 for e in exps if e.status == "kept"), elapsed_s=time_spent(store, run_id),
+                        stop_reason=reason)
+
+
+

@@ -1,0 +1,1 @@
+"""autokernel sample problems (KernelBench format), not the official KernelBench set."""

@@ -1,0 +1,28 @@
+"""autokernel sample problem (KernelBench format), not the official KernelBench set."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """LayerNorm then GELU."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return F.gelu(self.norm(x))
+
+
+batch_size = 8192
+dim = 4096
+TINY = {"batch_size": 16, "dim": 96}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]
