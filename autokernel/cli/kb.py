@@ -12,7 +12,7 @@ from rich.table import Table
 from autokernel.cli.console import err, out
 
 kb_app = typer.Typer(help="KernelBench: list problems, optimize them (kb run), score the results (kb score).",
-                     no_args_is_help=True)
+                     no_args_is_help=True, add_completion=False)
 
 _SOURCE_HELP = ("auto (checkout, else HF cache, else the sample set), official (checkout or HF cache), "
                 "checkout, hf, or sample (the autokernel sample problems, not the official KernelBench set).")
@@ -246,4 +246,14 @@ def score_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(kb_app, name="kb")
+    # A command (not a Typer group) that hands its arguments to kb_app: groups are always listed
+    # after commands in --help, and the flow order puts kb before report.
+    @app.command("kb", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                         "help_option_names": []},
+                 help="KernelBench: list problems, optimize them (kb run), score the results (kb score).")
+    def kb_cmd(ctx: typer.Context) -> None:
+        args = list(ctx.args) or ["--help"]
+        cmd = typer.main.get_command(kb_app)
+        code = cmd.main(args=args, prog_name="autokernel kb", standalone_mode=False, obj=ctx.obj)
+        if isinstance(code, int) and code:
+            raise typer.Exit(code)

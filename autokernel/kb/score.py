@@ -92,8 +92,9 @@ def level_metrics(problems: list[dict], total: int) -> dict[str, Any]:
     for base in ("eager", "compile"):
         key = f"speedup_vs_{base}"
         speeds = [p[key] if p["correct"] and not p.get("flagged") else None for p in main]
-        # a correct solution without a measured baseline is correct (fast_0) but never faster than p > 0
-        zero = [1.0 if p["correct"] and not p.get("flagged") else None for p in main]
+        # fast_0 is the correctness rate (flagged ones included: correct, just not trusted as fast);
+        # a correct solution without a measured baseline is never faster than p > 0
+        zero = [1.0 if p["correct"] else None for p in main]
         fp = {}
         for p in P_VALUES:
             if p == 0.0:

@@ -252,6 +252,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             atol, rtol = tolerance(out_dtype)
             if trial == 0:
                 degenerate = degenerate_reason(exact, atol, rtol)
+                res.extra["degenerate"] = degenerate
             if cuda:
                 poison_cuda_cache([t.numel() * t.element_size() for t in exact if isinstance(t, torch.Tensor)],
                                   device)
@@ -270,6 +271,21 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                     with poisoned_empty(), torch.no_grad():
                         out = new(*args)
                 _sync(device)
+                if trial == 0:  # anti-cheat on the first call, before its values are even looked at
+                    res.launched_kernels = [short_name(n) for n in launches.names()][:20]
+                    why = cheat_reason(launches, _library_patterns(), cuda)
+                    if why:
+                        res.stages.append(StageVerdict("smoke", "fail", why))
+                        res.outcome, res.error = CHEAT, f"own-kernel check: {why}"
+                        return {"result": res.to_dict(), "restart": False}
+                    low = sorted(str(d).replace("torch.", "") for d in spy.dtypes
+                                 if d in (torch.float16, torch.bfloat16))
+                    if out_dtype == torch.float32 and low:
+                        res.stages.append(StageVerdict("smoke", "fail", "precision downcast"))
+                        res.outcome = CHEAT
+                        res.error = (f"precision downcast: its own kernels received {', '.join(low)} tensors for "
+                                     f"an fp32 problem (tolerance {atol:g})")
+                        return {"result": res.to_dict(), "restart": False}
                 outs = check_structure(out, shaped, device)
                 check_no_alias(outs, args)
                 check_inputs_unchanged(before, args)
@@ -286,20 +302,6 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 res.extra["degenerate"] = degenerate
                 return {"result": res.to_dict(), "restart": False}
             previous_outputs.extend(outs)
-            if trial == 0:
-                res.launched_kernels = [short_name(n) for n in launches.names()][:20]
-                why = cheat_reason(launches, _library_patterns(), cuda)
-                if why:
-                    res.stages.append(StageVerdict("smoke", "fail", why))
-                    res.outcome, res.error = CHEAT, f"own-kernel check: {why}"
-                    return {"result": res.to_dict(), "restart": False}
-                low = sorted(str(d) for d in spy.dtypes if d in (torch.float16, torch.bfloat16))
-                if out_dtype == torch.float32 and low:
-                    res.stages.append(StageVerdict("smoke", "fail", "precision downcast"))
-                    res.outcome = CHEAT
-                    res.error = (f"precision downcast: its own kernels received {', '.join(low)} tensors for an "
-                                 f"fp32 problem (tolerance {atol:g})")
-                    return {"result": res.to_dict(), "restart": False}
             del out, outs, args, before, exact
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,

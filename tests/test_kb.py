@@ -1,0 +1,426 @@
+"""KernelBench (`autokernel kb`): loading, the judge's protocol and anti-cheat with planted cheats,
+initial solutions, a real `kb run` through the CLI (store + git workspace + search proposer),
+resume, and the score arithmetic on a store with known rows. CPU: the Triton interpreter."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from autokernel.errors import KernelBenchError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# -- tiny problems in the KernelBench format -------------------------------------------------------
+
+RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LINEAR_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Learnable weights: Model and ModelNew must get the same ones from the seed."""
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+
+def get_init_inputs():
+    return [32, 16]
+'''
+
+DEGENERATE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Degenerate: x * 1e-7 is within the fp32 tolerance of zero everywhere."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sigmoid(x) * 1e-7
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+HEADER = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "kb"
+BACKEND = "triton"
+
+
+@triton.jit
+def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=m)
+
+
+def kernel_fn(x):
+    y = torch.empty_like(x)
+    _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+'''
+
+
+def solution(forward_body: str) -> str:
+    body = textwrap.indent(textwrap.dedent(forward_body).strip("\n"), " " * 8)
+    return (HEADER + "\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.cache = None\n\n    def forward(self, x):\n" + body + "\n")
+
+
+GOOD = solution("return kernel_fn(x.contiguous())")
+# no-op reusing memory: launches a kernel of its own (on a scratch copy) but returns an unwritten
+# buffer, hoping it holds the reference's output
+NOOP = solution("""
+scratch = kernel_fn(x.clone())
+return torch.empty_like(x)
+""")
+# cached output: computes once, then returns the same tensor for every later call
+CACHED = solution("""
+if self.cache is None:
+    self.cache = kernel_fn(x)
+return self.cache
+""")
+# torch-op fallback: only the library op
+FALLBACK = solution("return torch.relu(x)")
+# precision downcast: its kernel runs on half-precision copies of fp32 inputs
+DOWNCAST = solution("return kernel_fn(x.half()).float()")
+# side stream: the kernel runs on another stream, nothing waits for it
+SIDE_STREAM = solution("""
+y = torch.empty_like(x)
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    for _ in range(200):
+        _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+return y
+""")
+
+
+def make_checkout(root, problems: dict[int, dict[str, str]]):
+    for level, files in problems.items():
+        d = root / "KernelBench" / f"level{level}"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, code in files.items():
+            (d / name).write_text(code)
+    return root
+
+
+@pytest.fixture(scope="module")
+def kb_worker():
+    from autokernel.kb.evaluate import KBWorker
+
+    with KBWorker() as w:
+        yield w
+
+
+@pytest.fixture
+def problems(tmp_path, home):
+    from autokernel.kb.problems import load_problems
+
+    root = make_checkout(tmp_path / "kbcheck", {1: {"1_ReLU.py": RELU, "2_Linear_ReLU.py": LINEAR_RELU,
+                                                     "3_Degenerate.py": DEGENERATE}})
+    return {p.problem_id: p for p in load_problems("checkout", root, level=1)}
+
+
+# -- loading ---------------------------------------------------------------------------------------------
+
+def test_sample_set_is_labelled_and_complete():
+    from autokernel.kb.problems import SAMPLE_LABEL, load_problems, source_label
+
+    probs = load_problems("sample")
+    by_level = {lv: [p for p in probs if p.level == lv] for lv in (1, 2, 3, 4)}
+    assert [len(by_level[lv]) for lv in (1, 2, 3, 4)] == [10, 10, 2, 1]
+    assert "not the official KernelBench set" in SAMPLE_LABEL == source_label("sample")
+    assert all("not the official KernelBench set" in p.code for p in probs)
+    tiny = load_problems("sample", level=1, ids=[1], size="tiny")[0]
+    assert "N = 64" in tiny.code and tiny.kernel_name == "kb.sample.L1.1.tiny"
+
+
+def test_checkout_loading_env_and_ids(tmp_path, monkeypatch):
+    from autokernel.kb.problems import load_problems, resolve_source
+
+    root = make_checkout(tmp_path / "kb", {1: {"1_ReLU.py": RELU, "2_Linear_ReLU.py": LINEAR_RELU,
+                                                "notes.txt": "x"}, 2: {"7_ReLU.py": RELU}})
+    monkeypatch.setenv("KERNELBENCH_PATH", str(root))
+    assert resolve_source("auto") == "checkout"
+    probs = load_problems(level=1)
+    assert [(p.problem_id, p.name, p.source) for p in probs] == [(1, "ReLU", "checkout"), (2, "Linear_ReLU", "checkout")]
+    assert [p.problem_id for p in load_problems(level=1, ids=[2])] == [2]
+    with pytest.raises(KernelBenchError, match="9"):
+        load_problems(level=1, ids=[9])
+    with pytest.raises(KernelBenchError, match="levels 1-4"):
+        load_problems(level=5)
+    (root / "KernelBench" / "level1" / "3_Bad.py").write_text("x = 1\n")
+    with pytest.raises(KernelBenchError, match="not a KernelBench problem"):
+        load_problems(level=1)
+
+
+def test_neither_checkout_nor_cache_names_both_ways(monkeypatch):
+    from autokernel.kb import problems as P
+
+    monkeypatch.delenv("KERNELBENCH_PATH", raising=False)
+    monkeypatch.setattr(P, "hf_snapshot", lambda: None)
+    with pytest.raises(KernelBenchError) as info:
+        P.resolve_source("official")
+    line = info.value.one_line()
+    assert "--kb-path" in line and "KERNELBENCH_PATH" in line and "Hugging Face" in line and "\n" not in line
+    assert info.value.exit_code == KernelBenchError.exit_code
+    assert P.resolve_source("auto") == "sample"
+
+
+def test_hf_cache_without_pyarrow_says_so(monkeypatch, tmp_path):
+    pytest.importorskip("huggingface_hub")
+    try:
+        import pyarrow  # noqa: F401
+
+        pytest.skip("pyarrow is installed")
+    except ImportError:
+        pass
+    from autokernel.kb import problems as P
+
+    monkeypatch.delenv("KERNELBENCH_PATH", raising=False)
+    monkeypatch.setattr(P, "hf_snapshot", lambda: tmp_path)
+    assert P.resolve_source("auto") == "hf"
+    with pytest.raises(KernelBenchError, match="pyarrow"):
+        P.load_problems("hf", level=1)
+
+
+# -- initial solutions -------------------------------------------------------------------------------
+
+def test_initial_solutions_use_the_library(home):
+    from autokernel.kb.problems import load_problems
+    from autokernel.kb.solutions import KIND_ELEMENTWISE, KIND_LIBRARY, KIND_TORCH, initial_solution
+    from autokernel.kernelfile import parse_source
+    from autokernel.proposers.search import SearchProposer
+
+    got = {}
+    for p in load_problems("sample", size="tiny"):
+        if (p.level, p.problem_id) in ((1, 1), (1, 3), (1, 6), (2, 1), (2, 4), (4, 1)):
+            got[(p.level, p.problem_id)] = initial_solution(p)
+    assert (got[(1, 1)].kind, got[(1, 1)].library) == (KIND_LIBRARY, "matmul")
+    assert got[(1, 3)].library == "softmax" and got[(2, 4)].library == "layernorm"
+    assert got[(1, 6)].kind == KIND_ELEMENTWISE
+    assert got[(2, 1)].library == "matmul" and any(r.startswith("ew:") for r in got[(2, 1)].replaced)
+    assert got[(4, 1)].kind == KIND_TORCH and "own-kernel check" in got[(4, 1)].describe()
+    # a regular kernel file: the search proposer can tune it (fp32 problem: the fp32 tunables)
+    kf = parse_source(got[(2, 1)].source)
+    assert kf.kernel_type == "kb" and "FP32_BLOCK_M" in kf.search_space and "BLOCK_M" not in kf.search_space
+    prop = SearchProposer().propose(got[(2, 1)].source, None, [])
+    assert prop.source != got[(2, 1)].source and prop.config
+
+
+# -- the judge: protocol and planted cheats --------------------------------------------------------
+
+def test_correct_solution_passes_with_cpu_timing_labelled(kb_worker, problems):
+    res = kb_worker.evaluate(problems[1], GOOD, timeout_s=120)
+    assert res.outcome == "correct", res.error
+    assert res.latency_us and res.eager_us and not res.gpu_timing
+    assert "CPU wall clock" in res.extra["timing"] and res.extra["degenerate"] is None
+    assert "_relu_kernel" in res.launched_kernels
+
+
+@pytest.mark.parametrize("source, outcome, words", [
+    (NOOP, "incorrect", "NaN"),
+    (CACHED, "incorrect", "trial 2"),
+    (FALLBACK, "cheat", "never launched"),
+    (DOWNCAST, "cheat", "precision downcast"),
+], ids=["noop-reusing-memory", "cached-output", "torch-op-fallback", "precision-downcast"])
+def test_planted_cheats_are_rejected(kb_worker, problems, source, outcome, words):
+    res = kb_worker.evaluate(problems[1], source, timeout_s=120)
+    assert res.outcome == outcome, (res.outcome, res.error)
+    assert words in res.error
+    assert res.latency_us is None
+
+
+@pytest.mark.gpu
+def test_side_stream_is_rejected(kb_worker, problems):
+    res = kb_worker.evaluate(problems[1], SIDE_STREAM, timeout_s=120)
+    assert res.outcome == "cheat" and "side stream" in res.error
+
+
+def test_learnable_weights_come_from_the_seed(kb_worker, problems):
+    from autokernel.kb.solutions import initial_solution
+
+    sol = initial_solution(problems[2])
+    assert sol.library == "matmul"
+    res = kb_worker.evaluate(problems[2], sol.source, timeout_s=120)
+    assert res.outcome == "correct", res.error
+    # a ModelNew that draws its weights differently is wrong, however fast
+    reinit = sol.source.replace("class ModelNew(Model):",
+                                "class ModelNew(Model):\n    def __init__(self, *a):\n        super().__init__(*a)\n"
+                                "        torch.nn.init.normal_(self.fc.weight)\n")
+    res = kb_worker.evaluate(problems[2], reinit, timeout_s=120)
+    assert res.outcome == "incorrect"
+
+
+def test_degenerate_problem_is_marked(kb_worker, problems):
+    from autokernel.kb.solutions import initial_solution
+
+    res = kb_worker.evaluate(problems[3], initial_solution(problems[3]).source, timeout_s=120)
+    assert res.outcome == "correct", res.error
+    assert "tolerance of zero" in res.extra["degenerate"]
+
+
+def test_crash_and_missing_modelnew_are_results(kb_worker, problems):
+    res = kb_worker.evaluate(problems[1], HEADER, timeout_s=60)
+    assert res.outcome == "compile_error" and "ModelNew" in res.error
+    res = kb_worker.evaluate(problems[1], solution("raise RuntimeError('boom')"), timeout_s=60)
+    assert res.outcome == "crashed" and "boom" in res.error
+
+
+# -- kb run / list / score through the CLI -----------------------------------------------------------------
+
+def test_kb_run_score_list_resume_through_the_cli(home, run_cli, tmp_path):
+    from autokernel.store import Store
+    from autokernel.workspace import Workspace
+
+    code, out, err = run_cli("kb", "run", "--level", "2", "--problems", "1,8", "--source", "sample", "--size", "tiny",
+                             "--experiments-per-problem", "2", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["source_label"].endswith("not the official KernelBench set")
+    assert [p["problem_id"] for p in summary["problems"]] == [1, 8]
+    assert all(p["baseline_status"] == "baseline" for p in summary["problems"])
+    assert summary["experiments"] == 4
+    degenerate = {p["problem_id"]: p["degenerate"] for p in summary["problems"]}
+    assert degenerate[1] is None and degenerate[8]
+    with Store(home.db) as store:
+        rows = store.list_experiments(run_id=summary["run_id"])
+        assert all(r.commit and r.status in ("baseline", "kept", "reverted", "incorrect", "crashed") for r in rows)
+        assert {r.proposer for r in rows} == {"baseline", "search"}
+    ws = Workspace.open(home)
+    assert "kb.sample.L2.1.tiny" in ws.kernels()
+
+    code, out, err = run_cli("kb", "run", "--resume", "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["run_id"] == summary["run_id"] and again["experiments"] == 4  # nothing run twice
+
+    code, out, err = run_cli("kb", "score", "--level", "2", "--json", "--export", str(tmp_path / "best"))
+    assert code == 0, err
+    result = json.loads(out)
+    lv = result["levels"][0]
+    assert "CPU wall clock" in result["timing"]
+    assert lv["problems"] == 10 and lv["scored"] == 9 and lv["correct"] == 1  # problem 8 is apart
+    assert [d["problem_id"] for d in lv["degenerate"]] == [8]
+    assert lv["fast_p_vs_eager"]["0.0"] == pytest.approx(1 / 9)
+    exported = sorted(p.name for p in (tmp_path / "best").rglob("*.py"))
+    assert exported == ["1_Gemm_ReLU.py", "8_Gemm_Max_Subtract_GELU.py"]
+    assert "class ModelNew" in (tmp_path / "best" / "sample" / "level2_tiny" / "1_Gemm_ReLU.py").read_text()
+
+    code, out, err = run_cli("kb", "list", "--level", "2", "--source", "sample", "--size", "tiny", "--json")
+    assert code == 0, err
+    status = {r["problem_id"]: r["status"] for r in json.loads(out)["problems"]}
+    assert status[1] == "correct" and status[2] == "not run"
+
+    code, out, err = run_cli("kb", "score", "--markdown")
+    assert code == 0 and "fast_1.0" in out and "Degenerate" in out and "not the official KernelBench set" in out
+
+
+def test_kb_errors_are_one_line(home, run_cli, monkeypatch):
+    monkeypatch.delenv("KERNELBENCH_PATH", raising=False)
+    code, out, err = run_cli("kb", "score")
+    assert code == 7 and "kb run" in err
+    code, out, err = run_cli("kb", "run", "--source", "sample", "--size", "tiny")
+    assert code == 4 and "--level" in err
+    code, out, err = run_cli("kb", "list", "--kb-path", "/nonexistent/kb")
+    assert code == KernelBenchError.exit_code and "not a directory" in err
+
+
+# -- the score arithmetic ------------------------------------------------------------------------------
+
+def _known_store(db):
+    from autokernel.store import Store
+
+    store = Store(db)
+    run = store.create_run("kb", model="kb:sample:L1", agent="search", config={"source": "sample", "level": 1})
+    # id: (correctness, x eager, x compile, flagged, degenerate)
+    rows = {1: ("PASS", 2.5, 1.2, False, None), 2: ("PASS", 0.9, 0.6, False, None), 3: ("FAIL", None, None, False, None),
+            4: ("PASS", 1.6, 1.6, False, "constant"), 5: ("PASS", 12.0, 11.0, True, None),
+            6: ("PASS", 1.0, 0.8, False, None)}
+    for pid, (corr, se, sc, flag, deg) in rows.items():
+        k = store.add_kernel(f"kb.sample.L1.{pid}", "kb", model="kb:sample:L1", dtype="float32")
+        meta = {"shapes": [], "kb": {"source": "sample", "level": 1, "problem_id": pid, "name": f"P{pid}",
+                                     "size": "default", "degenerate": deg}}
+        store.update_kernel(k.id, shapes_json=json.dumps(meta))
+        lat = 100.0
+        store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type="kb", proposer="baseline", commit="c" * 40,
+                             status="baseline" if corr == "PASS" else "incorrect", correctness=corr,
+                             latency_us=lat if corr == "PASS" else None, eager_us=se and lat * se,
+                             compile_us=sc and lat * sc, speedup_vs_eager=se, speedup_vs_compile=sc, flagged=flag,
+                             device="NVIDIA H200")
+    # a slower correct experiment must not replace the best
+    store.add_experiment(run_id=run.id, kernel_id=1, kernel_type="kb", proposer="search", status="reverted",
+                         correctness="PASS", latency_us=400.0, speedup_vs_eager=0.6, speedup_vs_compile=0.3)
+    return store
+
+
+def test_score_fast_p_arithmetic(tmp_path):
+    from autokernel.kb.score import score
+
+    with _known_store(tmp_path / "ak.db") as store:
+        res = score(store, level=1)
+    assert res["timing"].startswith("GPU")
+    lv = res["levels"][0]
+    # 10 sample problems in level 1, one degenerate apart: 9 scored; correct: 1, 2, 5 (flagged), 6
+    assert (lv["problems"], lv["scored"], lv["correct"], lv["attempted"]) == (10, 9, 4, 5)
+    assert lv["correctness_rate"] == pytest.approx(4 / 9)
+    e, c = lv["fast_p_vs_eager"], lv["fast_p_vs_compile"]
+    assert e["0.0"] == pytest.approx(4 / 9)  # correct (the flagged one too)
+    assert e["0.5"] == pytest.approx(3 / 9)  # 2.5, 0.9, 1.0 (flagged 12x not counted as fast)
+    assert e["0.8"] == pytest.approx(3 / 9)
+    assert e["1.0"] == pytest.approx(1 / 9)  # strict: 1.0 is not > 1.0
+    assert e["1.5"] == pytest.approx(1 / 9) and e["2.0"] == pytest.approx(1 / 9)
+    assert c["0.5"] == pytest.approx(3 / 9) and c["1.0"] == pytest.approx(1 / 9) and c["1.5"] == 0.0
+    assert lv["geomean_speedup_vs_eager"] == pytest.approx((2.5 * 0.9 * 1.0) ** (1 / 3))
+    assert [d["problem_id"] for d in lv["degenerate"]] == [4]
+    assert [d["problem_id"] for d in lv["flagged"]] == [5]
+    best1 = next(p for p in lv["per_problem"] if p["problem_id"] == 1)
+    assert best1["speedup_vs_eager"] == 2.5
