@@ -221,7 +221,7 @@ def score_cmd(
         out.print_json(json.dumps(result, default=str))
         return
     if md:
-        out.print(markdown(result), highlight=False, markup=False)
+        typer.echo(markdown(result))  # plain text: no wrapping of the table lines
         return
     out.print(f"timing: {result['timing']}", highlight=False)
     for lv in result["levels"]:

@@ -226,6 +226,9 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                 raise
             except AutoKernelError as exc:  # one problem failing does not stop the run
                 emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
+            except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
+                emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],
+                               {"kernel": p.kernel_name}))
             if time_spent(store, run.id) >= budget_s:
                 reason = "time budget spent"
                 break

@@ -60,6 +60,7 @@ def problem_status(store, kernel) -> dict[str, Any]:
             "speedup_vs_eager": best.speedup_vs_eager if best else None,
             "speedup_vs_compile": best.speedup_vs_compile if best else None,
             "flagged": bool(best.flagged) if best else False, "device": best.device if best else None,
+            "devices": sorted({e.device for e in rows if e.device}),
             "best_commit": best.commit if best else None, "best_experiment": best.id if best else None,
             "error": None if correct or last_fail is None else (last_fail.error or last_fail.status)[:300]}
 
@@ -143,10 +144,11 @@ def score(store, level: int | None = None, source: str | None = None) -> dict[st
     if not groups:
         raise NotFoundError("no KernelBench results in the store" + (f" for level {level}" if level else "")
                             + (f" from source {source}" if source else ""))
-    devices = {p["device"] for g in groups.values() for p in g if p["device"]}
-    cpu = any("cpu" in (d or "").lower() for d in devices) or (bool(devices) and not any(devices))
-    result = {"timing": ("CPU wall clock under the Triton interpreter: correctness is real, speed-ups are not "
-                         "GPU numbers" if cpu else "GPU, CUDA events (KernelBench protocol)"),
+    devices = {d for g in groups.values() for p in g for d in p["devices"]}
+    cpu = any("cpu" in d.lower() for d in devices)
+    timing = ("CPU wall clock under the Triton interpreter: correctness is real, speed-ups are not GPU numbers"
+              if cpu else "GPU, CUDA events (KernelBench protocol)" if devices else "no timed result yet")
+    result = {"timing": timing,
               "devices": sorted(d for d in devices if d), "levels": []}
     for (src, size, lv), probs in sorted(groups.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2] or 0)):
         total = _level_total(src, lv, size, kb_paths.get(src), len(probs))
