@@ -424,3 +424,57 @@ def test_score_fast_p_arithmetic(tmp_path):
     assert [d["problem_id"] for d in lv["flagged"]] == [5]
     best1 = next(p for p in lv["per_problem"] if p["problem_id"] == 1)
     assert best1["speedup_vs_eager"] == 2.5
+
+
+def test_kb_run_with_the_llm_proposer(home):
+    """The llm agent goes through the same loop: the prompt carries the problem, the reply's file is
+    judged by the KernelBench judge, kept or reverted, and the call is stored."""
+    from autokernel.kb.runner import kb_run
+    from autokernel.proposers.llm import LLMProposer
+    from autokernel.proposers.providers import ChatReply
+    from autokernel.store import Store
+    from autokernel.workspace import Workspace
+
+    prompts = []
+
+    class FakeClient:
+        name, model = "openai", "fake-model"
+
+        def complete(self, system, user):
+            prompts.append(user)
+            current = user.split("## The current kernel.py\n```python\n", 1)[1].rsplit("```", 1)[0]
+            new = current.replace("EW_BLOCK = 1024", "EW_BLOCK = 2048")
+            return ChatReply(text=f"DESCRIPTION: bigger blocks\n```python\n{new}```", prompt_tokens=10,
+                             completion_tokens=20, http_status=200, attempts=1, latency_s=0.01)
+
+    with Store(home.db) as store:
+        ws = Workspace.open(home)
+        proposer = LLMProposer(store=store, client=FakeClient())
+        summary = kb_run(store, ws, level=1, ids=[6], source="sample", size="tiny", experiments_per_problem=1,
+                         agent="llm", proposer=proposer)
+        rows = store.list_experiments(run_id=summary.run_id)
+        assert [r.proposer for r in rows] == ["baseline", "llm"]
+        assert rows[1].status in ("kept", "reverted") and rows[1].description == "bigger blocks"
+        assert "EW_BLOCK = 2048" in ws.read("kb.sample.L1.6.tiny", rev=rows[1].commit)
+        assert len(store.list_llm_calls()) == 1
+    assert "class ModelNew" in prompts[0] and "def get_inputs" in prompts[0] and "1e-4" in prompts[0]
+
+
+def test_elementwise_ops_generated_and_correct(kb_worker, tmp_path, home):
+    """A problem made only of elementwise ops (clamp, leaky_relu, hardtanh, scalar arithmetic) gets
+    the generic Triton kernel for each, and the result is correct; a problem folder may hold
+    level1.. directly (no KernelBench/ prefix)."""
+    from autokernel.kb.problems import load_problems
+    from autokernel.kb.solutions import KIND_ELEMENTWISE, initial_solution
+
+    code = RELU.replace("return torch.relu(x)",
+                        "y = torch.clamp(x, min=-0.5, max=0.7) * 2.0 - 1.0\n"
+                        "        y = torch.nn.functional.leaky_relu(y, 0.2) + torch.nn.functional.hardtanh(x)\n"
+                        "        return 1.0 - y / 3.0")
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "4_Elementwise.py").write_text(code)
+    p = load_problems("checkout", tmp_path / "kb", level=1)[0]
+    sol = initial_solution(p)
+    assert sol.kind == KIND_ELEMENTWISE and not sol.kept and len(sol.replaced) == 8
+    res = kb_worker.evaluate(p, sol.source, timeout_s=120)
+    assert res.outcome == "correct", res.error

@@ -53,9 +53,15 @@ class _ProblemSpec:
 
     def __init__(self, problem: Problem):
         self.name = KERNEL_TYPE
-        self.description = (f"KernelBench {problem.label()}. The file must define class ModelNew with Model's "
-                            f"constructor and forward signatures, computing the same outputs with its own Triton "
-                            f"kernels (fp32 tolerance 1e-4). The problem file:")
+        self.description = (
+            f"KernelBench {problem.label()}. What is judged is `class ModelNew` in kernel.py: built with "
+            f"Model's constructor arguments right after the same seed as Model (so the same weights), it must "
+            f"return Model's outputs within atol = rtol = 1e-4 (fp32; no fp16/bf16/TF32 shortcuts) on fresh "
+            f"inputs, launch Triton kernels defined in kernel.py (torch library ops alone are rejected), and "
+            f"never cache outputs or hide work on side streams. Keep KERNEL_TYPE = \"kb\", BACKEND = \"triton\", "
+            f"a module-level kernel_fn (the format's entry point) and SEARCH_SPACE over the tunable constants. "
+            f"The judge takes Model, get_inputs and get_init_inputs from the problem file below, never from "
+            f"kernel.py. The problem file:")
         self.reference = _Code(problem.code)
 
 

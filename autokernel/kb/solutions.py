@@ -328,7 +328,7 @@ def _fn_name(target) -> str | None:
     for mod in (torch, F, torch.special):
         for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
-                     "linear", "pow", "square"):
+                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -387,7 +387,7 @@ class _Emitter:
     def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
         if not _is_float_tensor(x):
             return None
-        extra = f", None, {alpha!r}, {beta!r}" if (alpha or beta) else ""
+        extra = f", None, {float(alpha)!r}, {float(beta)!r}" if (alpha or beta) else ""
         return f"_kb_ew({op}, {self.fmt(x)}{extra})"
 
     def ew_binary(self, op: int, a, b) -> str | None:
@@ -419,8 +419,10 @@ class _Emitter:
                     return self.ew_unary(op, args[0])
             if type(mod) is nn.GELU:
                 return self.ew_unary(2 if mod.approximate == "tanh" else 1, args[0])
-            if type(mod) is nn.LeakyReLU:
+            if type(mod) is nn.LeakyReLU and not mod.inplace:
                 return self.ew_unary(19, args[0], float(mod.negative_slope))
+            if type(mod) in (nn.Hardtanh, nn.ReLU6) and not mod.inplace:
+                return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
             return None
         if node.op == "call_method":
             name = node.target
@@ -447,6 +449,23 @@ class _Emitter:
             return self.ew_unary(UNARY[name], x)
         if name in ("pow",) and rest == [2] and not kw2 or name == "square" and not rest and not kw2:
             return self.ew_unary(20, x)
+        if name == "leaky_relu":
+            allk = dict(zip(("negative_slope", "inplace"), rest), **kw2)
+            if set(allk) <= {"negative_slope", "inplace"} and not allk.get("inplace") \
+                    and _is_number(allk.get("negative_slope", 0.01)):
+                return self.ew_unary(19, x, float(allk.get("negative_slope", 0.01)))
+            return None
+        if name in ("hardtanh", "clamp", "relu6"):
+            keys = ("min_val", "max_val", "inplace") if name == "hardtanh" else ("min", "max")
+            allk = dict(zip(keys, rest), **kw2)
+            lo = allk.get(keys[0], -1.0 if name == "hardtanh" else None)
+            hi = allk.get(keys[1], 1.0 if name == "hardtanh" else None)
+            if name == "relu6":
+                lo, hi = 0.0, 6.0
+                allk.pop("inplace", None)
+            if set(allk) <= set(keys) and not allk.get("inplace") and _is_number(lo) and _is_number(hi):
+                return self.ew_unary(18, x, float(lo), float(hi))
+            return None
         if name in BINARY and len(rest) == 1 and not kw2:
             return self.ew_binary(BINARY[name], x, rest[0])
         if self.main == "matmul" and name in ("matmul", "mm", "bmm") and len(rest) == 1 and not kw2:
