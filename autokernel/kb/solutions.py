@@ -41,13 +41,15 @@ EW_WARPS = 4
 
 
 @triton.jit
-def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
+def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
                   BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=1.0).to(tl.float32)
-    if HAS_Y:
+    if HAS_Y == 1:  # y of x's shape
         y = tl.load(y_ptr + offs, mask=mask, other=1.0).to(tl.float32)
+    elif HAS_Y == 2:  # y a row along the last dim (a bias)
+        y = tl.load(y_ptr + offs % ncols, mask=mask, other=1.0).to(tl.float32)
     else:
         y = alpha
     if OP == 0:  # relu
@@ -102,11 +104,16 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, alpha, beta, OP: tl.constexpr, HAS_Y
 
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
+    mode = 0
     if isinstance(y, torch.Tensor):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         dtype = torch.result_type(x, y)
-        xx = x.to(dtype).expand(shape).contiguous()
-        yy = y.to(dtype).expand(shape).contiguous()
+        if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
+            mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
+        else:
+            mode = 1
+            xx = x.to(dtype).expand(shape).contiguous()
+            yy = y.to(dtype).expand(shape).contiguous()
     else:
         shape, dtype = x.shape, x.dtype
         xx = x.contiguous()
@@ -115,8 +122,8 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     n = out.numel()
     if n == 0:
         return out
-    _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, float(alpha), float(beta), OP=op,
-                                               HAS_Y=isinstance(y, torch.Tensor), BLOCK=EW_BLOCK,
+    _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
+                                               float(alpha), float(beta), OP=op, HAS_Y=mode, BLOCK=EW_BLOCK,
                                                num_warps=EW_WARPS)
     return out
 '''
@@ -192,14 +199,16 @@ class Solution:
     replaced: list[str] = field(default_factory=list)  # ops now running in our kernels
     kept: list[str] = field(default_factory=list)  # ops left as torch ops
     note: str = ""
+    fused: int = 0  # groups of elementwise ops generated as one kernel each
 
     def describe(self) -> str:
         if self.kind == KIND_TORCH:
             return ("torch-only starting point (the reference's own ops; it will fail the own-kernel check): "
                     + (self.note or "no op the library or the elementwise kernel covers"))
+        fused = f" ({self.fused} fused group(s))" if self.fused else ""
         parts = [f"{self.library} starter" if self.library else None,
                  f"elementwise Triton kernel for {sum(1 for r in self.replaced if r.startswith('ew:'))} op(s)"
-                 if any(r.startswith("ew:") for r in self.replaced) else None]
+                 + fused if any(r.startswith("ew:") for r in self.replaced) else None]
         text = " + ".join(p for p in parts if p)
         if self.kept:
             text += f"; torch ops kept: {', '.join(sorted(set(self.kept))[:8])}"
@@ -335,7 +344,7 @@ def _fn_name(target) -> str | None:
 
 
 class _Emitter:
-    def __init__(self, gm, main: str | None):
+    def __init__(self, gm, main: str | None, fuse: bool = True):
         self.gm = gm
         self.main = main
         self.names: dict[Any, str] = {}
@@ -343,7 +352,9 @@ class _Emitter:
         self.imports: set[str] = set()
         self.replaced: list[str] = []
         self.kept: list[str] = []
-        self.counter = 0
+        self.fused: list[str] = []
+        self.fuse = fuse
+        self.last_ew = None
 
     def fmt(self, a) -> str:
         import torch
@@ -377,25 +388,26 @@ class _Emitter:
         return ", ".join(parts)
 
     def emit(self, node, expr: str) -> None:
-        name = f"v{self.counter}"
-        self.counter += 1
-        self.names[node] = name
-        self.lines.append(f"        {name} = {expr}")
+        self.lines.append(f"        {self.names[node]} = {expr}")
 
     # -- replacements ----------------------------------------------------------------------------
 
     def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
         if not _is_float_tensor(x):
             return None
+        self.last_ew = (op, x, None, float(alpha), float(beta))
         extra = f", None, {float(alpha)!r}, {float(beta)!r}" if (alpha or beta) else ""
         return f"_kb_ew({op}, {self.fmt(x)}{extra})"
 
     def ew_binary(self, op: int, a, b) -> str | None:
         if _is_float_tensor(a) and _is_float_tensor(b):
+            self.last_ew = (op, a, b, 0.0, 0.0)
             return f"_kb_ew({op}, {self.fmt(a)}, {self.fmt(b)})"
         if _is_float_tensor(a) and _is_number(b):
+            self.last_ew = (op, a, None, float(b), 0.0)
             return f"_kb_ew({op}, {self.fmt(a)}, None, {float(b)!r})"
         if _is_number(a) and _is_float_tensor(b):
+            self.last_ew = (REVERSED[op], b, None, float(a), 0.0)
             return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, {float(a)!r})"
         return None
 
@@ -507,23 +519,46 @@ class _Emitter:
     def run(self) -> str:
         from torch.fx.node import _get_qualified_name
 
-        params = []
-        for node in self.gm.graph.nodes:
+        nodes = list(self.gm.graph.nodes)
+        for i, node in enumerate(nodes):  # names first: a fused group's root refers to its members
             if node.op == "placeholder":
                 if str(node.target).startswith("*"):
                     raise Unsupported("variadic forward arguments")
                 self.names[node] = str(node.target)
+            elif node.op != "output":
+                self.names[node] = f"v{i}"
+        exprs, ew = {}, {}
+        for node in nodes:
+            if node.op in ("call_module", "call_method", "call_function"):
+                self.last_ew = None
+                expr = self.replacement(node)
+                if expr is not None:
+                    exprs[node] = expr
+                    if expr.startswith("_kb_ew") and self.last_ew is not None:
+                        ew[node] = self.last_ew
+        groups = _fusion_groups(ew) if self.fuse else {}
+        inner = {m for g in groups.values() for m in g["members"] if m is not g["root"]}
+        params = []
+        for node in nodes:
+            if node.op == "placeholder":
                 params.append(str(node.target) + (f"={self.fmt(node.args[0])}" if node.args else ""))
             elif node.op == "get_attr":
                 self.emit(node, f"_kb_getattr(self, {node.target!r})")
             elif node.op == "output":
                 self.lines.append(f"        return {self.fmt(node.args[0])}")
+            elif node in inner:
+                self.replaced.append("ew:" + _describe(node))
+            elif node in groups:
+                g = groups[node]
+                self.replaced.append("ew:" + _describe(node))
+                self.fused.append(self.fused_kernel(len(self.fused), g, ew))
+                args = ", ".join(self.fmt(a) for a, _mode in g["inputs"])
+                self.emit(node, f"_kb_fused_{len(self.fused) - 1}({args})")
+            elif node in exprs:
+                expr = exprs[node]
+                self.replaced.append(("ew:" if expr.startswith("_kb_ew") else "lib:") + _describe(node))
+                self.emit(node, expr)
             else:
-                expr = self.replacement(node)
-                if expr is not None:
-                    self.replaced.append(("ew:" if expr.startswith("_kb_ew") else "lib:") + _describe(node))
-                    self.emit(node, expr)
-                    continue
                 self.kept.append(_describe(node))
                 if node.op == "call_module":
                     self.emit(node, f"self.get_submodule({node.target!r})({self.call(node.args, node.kwargs)})")
@@ -539,9 +574,131 @@ class _Emitter:
                     self.emit(node, f"{qual}({self.call(node.args, node.kwargs)})")
         imports = "".join(f"        import {m}\n" for m in sorted(self.imports))
         body = "\n".join(self.lines)
-        return (f"def _kb_getattr(obj, path):\n    for part in path.split('.'):\n        obj = getattr(obj, part)\n"
+        return ("".join(self.fused) + "\n\n"
+                f"def _kb_getattr(obj, path):\n    for part in path.split('.'):\n        obj = getattr(obj, part)\n"
                 f"    return obj\n\n\nclass ModelNew(Model):\n    def forward(self, {', '.join(params)}):\n"
                 f"{imports}{body}\n")
+
+    def fused_kernel(self, gid: int, g: dict, ew: dict) -> str:
+        """One Triton kernel computing a group of elementwise ops in registers (one read of each
+        input, one write), and its launcher."""
+        var = {}
+        loads = []
+        for k, (node, mode) in enumerate(g["inputs"]):
+            var[node] = f"a{k}"
+            index = {"full": "offs", "row": "offs % ncols", "col": "offs // ncols"}[mode]
+            loads.append(f"    a{k} = tl.load(p{k} + {index}, mask=mask, other=1.0).to(tl.float32)")
+        steps = []
+        for k, m in enumerate(g["members"]):
+            op, x, y, alpha, beta = ew[m]
+            xs = var[x]
+            ys = var[y] if y is not None else repr(alpha)
+            steps.append(f"    t{k} = {_OP_EXPR[op].format(x=xs, y=ys, a=repr(alpha), b=repr(beta))}")
+            var[m] = f"t{k}"
+        n_in = len(g["inputs"])
+        ptrs = ", ".join(f"p{k}" for k in range(n_in))
+        xs = ", ".join(f"x{k}" for k in range(n_in))
+        full = next(k for k, (_n, mode) in enumerate(g["inputs"]) if mode == "full")
+        dtype = str(g["root"].meta["tensor_meta"].dtype)
+        conts = ", ".join(f"x{k}.contiguous()" for k in range(n_in))
+        return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
+                f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
+                + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
+                f"    tl.store(out_ptr + offs, t{len(g['members']) - 1}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
+                f"def _kb_fused_{gid}({xs}):\n"
+                f"    \"\"\"{' -> '.join(_describe(m) for m in g['members'])}, fused in one kernel.\"\"\"\n"
+                f"    out = torch.empty(x{full}.shape, device=x{full}.device, dtype={dtype})\n"
+                f"    n = out.numel()\n    if n == 0:\n        return out\n"
+                f"    _kb_fused_{gid}_kernel[(triton.cdiv(n, EW_BLOCK),)]({conts}, out, n, x{full}.shape[-1], "
+                f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n    return out\n")
+
+
+_OP_EXPR = {
+    0: "tl.maximum({x}, 0.0)",
+    1: "0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))",
+    2: "0.5 * {x} * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * (0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))) - 1.0))",
+    3: "1.0 / (1.0 + tl.exp(-{x}))",
+    4: "2.0 / (1.0 + tl.exp(-2.0 * {x})) - 1.0",
+    5: "{x} / (1.0 + tl.exp(-{x}))",
+    6: "tl.exp({x})",
+    7: "-{x}",
+    8: "tl.abs({x})",
+    9: "tl.rsqrt({x})",
+    10: "{x} + {y}",
+    11: "{x} - {y}",
+    12: "{x} * {y}",
+    13: "{x} / {y}",
+    14: "{y} - {x}",
+    15: "{y} / {x}",
+    16: "tl.maximum({x}, {y})",
+    17: "tl.minimum({x}, {y})",
+    18: "tl.minimum(tl.maximum({x}, {a}), {b})",
+    19: "tl.where({x} >= 0.0, {x}, {x} * {a})",
+    20: "{x} * {x}",
+    21: "tl.sqrt({x})",
+    22: "tl.log({x})",
+}
+
+
+def _shape(node):
+    tm = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
+    return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
+
+
+def _fusion_groups(ew: dict) -> dict:
+    """Groups of elementwise nodes computed in one kernel: a node joins its only user when that
+    user is elementwise too and of the same shape and dtype. Each group's inputs are tensors of
+    the root's shape ("full"), rows broadcast along the last dim ("row": [N] or [1, .., N]) or
+    columns ("col": [..., 1]); a group with any other input, a non-finite scalar, or fewer than two
+    ops is not fused (its ops stay one kernel each)."""
+    import math
+
+    def same(a, b) -> bool:
+        return _shape(a) == _shape(b) and a.meta["tensor_meta"].dtype == b.meta["tensor_meta"].dtype
+
+    parent = {}
+    for node in ew:
+        users = list(node.users)
+        if len(users) == 1 and users[0] in ew and same(node, users[0]):
+            parent[node] = users[0]
+    roots = [n for n in ew if n not in parent]
+    groups = {}
+    for root in roots:
+        members = [n for n in ew if _root_of(n, parent) is root]  # graph order = a valid order
+        if len(members) < 2:
+            continue
+        shape = _shape(root)
+        if not shape:
+            continue
+        inputs, ok = [], True
+        for m in members:
+            op, x, y, alpha, beta = ew[m]
+            if not all(math.isfinite(v) for v in (alpha, beta)):
+                ok = False
+            for operand in (x, y):
+                if operand is None or operand in members or any(operand is i for i, _ in inputs):
+                    continue
+                s = _shape(operand)
+                if s == shape:
+                    mode = "full"
+                elif s is not None and len(s) >= 1 and s[-1] == shape[-1] and all(d == 1 for d in s[:-1]) \
+                        and len(s) <= len(shape):
+                    mode = "row"
+                elif s is not None and s == shape[:-1] + (1,):
+                    mode = "col"
+                else:
+                    ok = False
+                    break
+                inputs.append((operand, mode))
+        if ok and any(mode == "full" for _i, mode in inputs):
+            groups[root] = {"root": root, "members": members, "inputs": inputs}
+    return groups
+
+
+def _root_of(node, parent: dict):
+    while node in parent:
+        node = parent[node]
+    return node
 
 
 def _last(x) -> int | None:
@@ -569,8 +726,33 @@ def _trace(problem: Problem):
         model = mod.Model(*mod.get_init_inputs())
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
     gm = fx.symbolic_trace(model)
+    _split_linear_bias(gm)
     ShapeProp(gm).propagate(*inputs)
     return gm
+
+
+def _split_linear_bias(gm) -> None:
+    """nn.Linear(x) -> F.linear(x, weight) + bias: the same values, and the bias add becomes an
+    elementwise op that fuses with the epilogue after it (bias + ReLU + ... in one kernel)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or node.kwargs or len(node.args) != 1:
+            continue
+        mod = gm.get_submodule(node.target)
+        if type(mod) is not nn.Linear:
+            continue
+        with gm.graph.inserting_before(node):
+            w = gm.graph.get_attr(f"{node.target}.weight")
+            mm = gm.graph.call_function(F.linear, (node.args[0], w))
+            out = mm
+            if mod.bias is not None:
+                b = gm.graph.get_attr(f"{node.target}.bias")
+                out = gm.graph.call_function(operator.add, (mm, b))
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+    gm.recompile()
 
 
 def _fp32(gm) -> bool:
@@ -606,8 +788,9 @@ def _main_op(gm) -> str | None:
     return found[0] if found else None
 
 
-def initial_solution(problem: Problem) -> Solution:
-    """The starting ModelNew for a problem (never raises for an unsupported model: torch-only then)."""
+def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
+    """The starting ModelNew for a problem (never raises for an unsupported model: torch-only then).
+    With `fuse`, chains of elementwise ops run as one generated Triton kernel each."""
     try:
         gm = _trace(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
@@ -616,8 +799,16 @@ def initial_solution(problem: Problem) -> Solution:
     main = _main_op(gm)
     for attempt in (main, None):
         try:
-            em = _Emitter(gm, attempt)
-            forward = em.run()
+            try:
+                em = _Emitter(gm, attempt, fuse=fuse)
+                forward = em.run()
+            except Unsupported:
+                raise
+            except Exception:  # a fusion the generator got wrong: one kernel per op instead
+                if not fuse:
+                    raise
+                em = _Emitter(gm, attempt, fuse=False)
+                forward = em.run()
         except Unsupported as exc:
             src = assemble(problem, None, None, False, "torch-only starting point")
             return Solution(src, KIND_TORCH, note=str(exc))
@@ -629,7 +820,7 @@ def initial_solution(problem: Problem) -> Solution:
             src = assemble(problem, None, None, False, "torch-only starting point")
             return Solution(src, KIND_TORCH, kept=em.kept, note="no op the library or the elementwise kernel covers")
         sol = Solution("", KIND_LIBRARY if used_lib else KIND_ELEMENTWISE, library=used_lib,
-                       replaced=em.replaced, kept=em.kept)
+                       replaced=em.replaced, kept=em.kept, fused=len(em.fused))
         sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm))
         return sol
     src = assemble(problem, None, None, False, "torch-only starting point")
