@@ -11,6 +11,13 @@ import pytest
 
 from autokernel.errors import KernelBenchError
 
+try:
+    import torch
+
+    HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # pragma: no cover
+    HAS_CUDA = False
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 # -- tiny problems in the KernelBench format -------------------------------------------------------
@@ -181,6 +188,12 @@ def test_sample_set_is_labelled_and_complete():
     assert all("not the official KernelBench set" in p.code for p in probs)
     tiny = load_problems("sample", level=1, ids=[1], size="tiny")[0]
     assert "N = 64" in tiny.code and tiny.kernel_name == "kb.sample.L1.1.tiny"
+    from autokernel.kb.problems import resolve_size
+
+    assert resolve_size("auto", "sample") == ("default" if HAS_CUDA else "tiny")
+    assert resolve_size("auto", "checkout") == "default" and resolve_size("tiny", "checkout") == "tiny"
+    with pytest.raises(KernelBenchError):
+        resolve_size("huge", "sample")
 
 
 def test_checkout_loading_env_and_ids(tmp_path, monkeypatch):
@@ -261,15 +274,18 @@ def test_initial_solutions_use_the_library(home):
 def test_correct_solution_passes_with_cpu_timing_labelled(kb_worker, problems):
     res = kb_worker.evaluate(problems[1], GOOD, timeout_s=120)
     assert res.outcome == "correct", res.error
-    assert res.latency_us and res.eager_us and not res.gpu_timing
-    assert "CPU wall clock" in res.extra["timing"] and res.extra["degenerate"] is None
+    assert res.latency_us and res.eager_us and res.extra["degenerate"] is None
+    if HAS_CUDA:
+        assert res.gpu_timing and "CUDA events" in res.extra["timing"] and res.speedup_vs_eager
+    else:
+        assert not res.gpu_timing and "CPU wall clock" in res.extra["timing"]
     assert "_relu_kernel" in res.launched_kernels
 
 
 @pytest.mark.parametrize("source, outcome, words", [
     (NOOP, "incorrect", "NaN"),
     (CACHED, "incorrect", "trial 2"),
-    (FALLBACK, "cheat", "never launched"),
+    (FALLBACK, "cheat", "launched only library/generic kernels" if HAS_CUDA else "never launched"),
     (DOWNCAST, "cheat", "precision downcast"),
 ], ids=["noop-reusing-memory", "cached-output", "torch-op-fallback", "precision-downcast"])
 def test_planted_cheats_are_rejected(kb_worker, problems, source, outcome, words):
@@ -347,7 +363,7 @@ def test_kb_run_score_list_resume_through_the_cli(home, run_cli, tmp_path):
     assert code == 0, err
     result = json.loads(out)
     lv = result["levels"][0]
-    assert "CPU wall clock" in result["timing"]
+    assert ("GPU" if HAS_CUDA else "CPU wall clock") in result["timing"]
     assert lv["problems"] == 10 and lv["scored"] == 9 and lv["correct"] == 1  # problem 8 is apart
     assert [d["problem_id"] for d in lv["degenerate"]] == [8]
     assert lv["fast_p_vs_eager"]["0.0"] == pytest.approx(1 / 9)

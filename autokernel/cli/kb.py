@@ -37,15 +37,17 @@ def list_cmd(
     level: Optional[int] = typer.Option(None, "--level", help="Only this level (1-4)."),
     source: str = typer.Option("auto", "--source", help=_SOURCE_HELP),
     kb_path: Optional[str] = typer.Option(None, "--kb-path", help="KernelBench checkout (or $KERNELBENCH_PATH)."),
-    size: str = typer.Option("default", "--size", help="default, or tiny (sample problems scaled down for CPU runs)."),
+    size: str = typer.Option("auto", "--size", help="auto (tiny for the sample set without a GPU), default (GPU sizes), "
+                                                   "or tiny (sample problems scaled down for CPU runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the problems with their status in the store."""
-    from autokernel.kb.problems import load_problems, resolve_source, source_label
+    from autokernel.kb.problems import load_problems, resolve_size, resolve_source, source_label
     from autokernel.kb.score import list_problems
     from autokernel.store import Store
 
     concrete = resolve_source(source, kb_path)
+    size = resolve_size(size, concrete)
     probs = load_problems(concrete, kb_path, level=level, size=size)
     paths = ctx.obj.ensure()
     with Store(paths.db) as store:
@@ -112,7 +114,8 @@ def run_cmd(
     agent: str = typer.Option("search", "--agent", help="Proposer: search (offline) or llm."),
     source: str = typer.Option("auto", "--source", help=_SOURCE_HELP),
     kb_path: Optional[str] = typer.Option(None, "--kb-path", help="KernelBench checkout (or $KERNELBENCH_PATH)."),
-    size: str = typer.Option("default", "--size", help="default, or tiny (sample problems scaled down for CPU runs)."),
+    size: str = typer.Option("auto", "--size", help="auto (tiny for the sample set without a GPU), default (GPU sizes), "
+                                                   "or tiny (sample problems scaled down for CPU runs)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the latest kb run."),
     resume_run: Optional[int] = typer.Option(None, "--resume-run", help="Continue kb run RUN."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (agent llm)."),

@@ -35,7 +35,7 @@ SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_LABEL = "autokernel sample problems, not the official KernelBench set"
 SOURCES = ("auto", "official", "checkout", "hf", "sample")
 LEVELS = (1, 2, 3, 4)
-SIZES = ("default", "tiny")
+SIZES = ("default", "tiny")  # and "auto": tiny for the sample set on a machine without a GPU
 _FILE = re.compile(r"^(\d+)_(.+)\.py$")
 
 
@@ -94,6 +94,20 @@ def load_source(code: str, name: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return mod
+
+
+def resolve_size(size: str | None, source: str) -> str:
+    """'auto' -> 'tiny' for the sample problems when there is no GPU (the Triton interpreter would
+    take hours at GPU sizes), else 'default'."""
+    if size in (None, "auto"):
+        if source != "sample":
+            return "default"
+        import torch
+
+        return "default" if torch.cuda.is_available() else "tiny"
+    if size not in SIZES:
+        raise KernelBenchError(f"unknown size {size!r}; use auto, default or tiny")
+    return size
 
 
 def resize(code: str, size: str) -> str:

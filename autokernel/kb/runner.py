@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, ProposerError
-from autokernel.kb.problems import Problem, load_problems, resolve_source, source_label
+from autokernel.kb.problems import Problem, load_problems, resolve_size, resolve_source, source_label
 from autokernel.loop import LoopEvent, _Loop, _row
 from autokernel.proposers import SearchExhausted, make_proposer
 
@@ -166,7 +166,7 @@ def _record_degenerate(store, k, res) -> None:
 
 
 def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None = None, source: str | None = None,
-           kb_path: str | None = None, size: str = "default", experiments_per_problem: int | None = 3,
+           kb_path: str | None = None, size: str = "auto", experiments_per_problem: int | None = 3,
            hours: float | None = None, agent: str = "search", resume: bool | int = False,
            llm_model: str | None = None, provider: str | None = None, timeout_s: float = 600.0,
            worker=None, proposer=None, on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
@@ -191,6 +191,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         if level is None:
             raise ConfigError("--level is required (or --resume)")
         source = resolve_source(source, kb_path)
+        size = resolve_size(size, source)
         run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
             "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None, "size": size,
             "experiments_per_problem": experiments_per_problem, "hours": hours, "llm_model": llm_model,
