@@ -329,6 +329,10 @@ def test_crash_and_missing_modelnew_are_results(kb_worker, problems):
     assert res.outcome == "compile_error" and "ModelNew" in res.error
     res = kb_worker.evaluate(problems[1], solution("raise RuntimeError('boom')"), timeout_s=60)
     assert res.outcome == "crashed" and "boom" in res.error
+    res = kb_worker.evaluate(problems[1], solution("while True:\n    pass"), timeout_s=3)
+    assert res.outcome == "timeout" and "time limit" in res.error
+    res = kb_worker.evaluate(problems[1], GOOD, timeout_s=60)  # the judge goes on after a hang
+    assert res.outcome == "correct"
 
 
 # -- kb run / list / score through the CLI -----------------------------------------------------------------
