@@ -108,7 +108,7 @@ class _KBLoop(_Loop):
     def run_budget(self) -> str:
         while True:
             if self.elapsed() >= self.budget_s:
-                return "time budget spent"
+                return "its share of the time budget spent"
             if self.per_problem is not None and self.count() >= self.per_problem:
                 return f"{self.per_problem} experiments done"
             st = self.orch.pick()
@@ -217,8 +217,12 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                                                                             "kernel": p.kernel_name}))
             try:
                 k = ensure_problem_kernel(store, workspace, p, emit)
+                # fair share: this problem may use the budget left divided by the problems left, so
+                # experiments on the first problems never starve the starting points of the last ones
+                spent = time_spent(store, run.id)
+                share = spent + max(0.0, budget_s - spent) / (len(problems) - i + 1)
                 loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
-                               judge=worker.judge_for(p), budget_s=budget_s, max_experiments=None,
+                               judge=worker.judge_for(p), budget_s=share, max_experiments=None,
                                timeout_s=timeout_s, on_event=emit, problem=p, per_problem=experiments_per_problem)
                 loop.reconcile()
                 loop.baselines()
