@@ -107,6 +107,12 @@ using namespace nvcuda;
 #define NTHREADS (WARPS_M * WARPS_N * 32)
 #define PAD 8  // halves: keeps 16-byte rows aligned and staggers shared-memory banks
 
+// half/bf16 have no implicit float conversions under torch's nvcc flags (__CUDA_NO_*_CONVERSIONS__).
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+
 // Copy a P x Q tile (Q = the dimension contiguous in global memory) into shared memory with row
 // length ld; out-of-range elements become 0 so they add nothing to the dot products.
 template <typename T, int P, int Q>
@@ -123,16 +129,12 @@ __device__ __forceinline__ void load_tile(T* __restrict__ s, int ld, const T* __
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        dst[i] = (gp < p_max && gq + i < q_max) ? g[gp * stride_p + (int64_t)(gq + i) * stride_q] : T(0.0f);
+        dst[i] = (gp < p_max && gq + i < q_max) ? g[gp * stride_p + (int64_t)(gq + i) * stride_q] : from_float<T>(0.0f);
       }
     }
   }
 }
 
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 
 // silu(g) * u in fp32: for g << 0, expf(-g) overflows to inf and g / inf is -0, never NaN.
 __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }

@@ -95,6 +95,16 @@ using namespace nvcuda;
 
 static_assert(WARP_M % 16 == 0 && WARP_N % 16 == 0 && BLOCK_K % 16 == 0, "tiles must be multiples of 16");
 
+// half/bf16 have no implicit float conversions under torch's nvcc flags (__CUDA_NO_*_CONVERSIONS__).
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+
 // Copy a P x Q tile (Q = the dimension contiguous in global memory) into shared memory with row
 // length ld; out-of-range elements become 0 so they add nothing to the dot products.
 template <typename T, int P, int Q>
@@ -111,20 +121,12 @@ __device__ __forceinline__ void load_tile(T* __restrict__ s, int ld, const T* __
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        dst[i] = (gp < p_max && gq + i < q_max) ? g[gp * stride_p + (int64_t)(gq + i) * stride_q] : T(0.0f);
+        dst[i] = (gp < p_max && gq + i < q_max) ? g[gp * stride_p + (int64_t)(gq + i) * stride_q] : from_float<T>(0.0f);
       }
     }
   }
 }
 
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
 
 // A is staged row-major (any A strides work; K-contiguous A gets vector loads). B_K: B is contiguous
 // along K (B = W.t() of a row-major weight) and is staged column-major; otherwise row-major.
