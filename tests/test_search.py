@@ -118,3 +118,32 @@ def test_no_search_space_is_exhausted_and_agent_names():
 
     with pytest.raises(ConfigError):
         make_proposer("genetic")
+
+
+def test_valid_config_reads_module_constants_of_every_starter():
+    """valid_config may use the file's constants (SMEM_LIMIT...): each starter's own config is valid
+    in the search's sandbox, and the search proposes a new configuration rather than giving up."""
+    from autokernel.kernels import KERNEL_TYPES, starter_path
+
+    checked = 0
+    for kernel_type in KERNEL_TYPES:
+        source = starter_path(kernel_type, "triton").read_text()
+        check = valid_config_fn(source)
+        if check is None:
+            continue
+        kf = parse_source(source)
+        assert check(dict(kf.config)), kernel_type
+        prop = SearchProposer(seed=0).propose(source, None, [_row(kf.config)])
+        assert prop.config != kf.config and check(prop.config), kernel_type
+        checked += 1
+    assert checked >= 5
+
+
+def test_constants_that_call_or_import_stay_out_of_the_sandbox():
+    source = SOURCE.replace("def valid_config(cfg):\n    return cfg[\"BLOCK\"] // cfg[\"NUM_WARPS\"] >= 16",
+                            "import os\nLIMIT = 4 * 4\nHOME = os.environ.get('HOME')\n\n\n"
+                            "def valid_config(cfg):\n    return cfg['BLOCK'] // cfg['NUM_WARPS'] >= LIMIT and HOME is None")
+    check = valid_config_fn(source)
+    assert check({"BLOCK": 64, "NUM_WARPS": 4, "VARIANT": "a"}) is False  # HOME unknown -> invalid
+    ok = valid_config_fn(source.replace(" and HOME is None", ""))
+    assert ok({"BLOCK": 64, "NUM_WARPS": 4, "VARIANT": "a"}) and not ok({"BLOCK": 32, "NUM_WARPS": 4, "VARIANT": "a"})

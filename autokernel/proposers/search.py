@@ -39,6 +39,22 @@ _SAFE_BUILTINS = {n: getattr(builtins, n) for n in (
     if hasattr(builtins, n)}
 
 
+_CONST_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Tuple, ast.List,
+                ast.operator, ast.unaryop)
+
+
+def _constant_assignment(node: ast.stmt) -> bool:
+    """NAME = <literals and names combined by arithmetic>, nothing that calls or imports."""
+    if isinstance(node, ast.AnnAssign):
+        targets, value = [node.target], node.value
+    elif isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    else:
+        return False
+    return (value is not None and all(isinstance(t, ast.Name) for t in targets)
+            and all(isinstance(n, _CONST_NODES) for n in ast.walk(value)))
+
+
 def valid_config_fn(source: str) -> Optional[Callable[[dict], bool]]:
     """The file's valid_config(cfg), compiled alone with a few pure builtins: the search decides
     validity without importing the kernel (no triton, no module-level side effects, nothing that
@@ -48,6 +64,13 @@ def valid_config_fn(source: str) -> Optional[Callable[[dict], bool]]:
     if node is None:
         return None
     ns: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS}
+    # valid_config may read the file's module-level constants (SMEM_LIMIT = 227 * 1024, ...): those
+    # whose value is pure arithmetic on literals and earlier such constants come along.
+    for const in (n for n in tree.body if _constant_assignment(n)):
+        try:
+            exec(compile(ast.Module(body=[const], type_ignores=[]), "<constant>", "exec"), ns)
+        except Exception:  # refers to something imported or computed: valid_config must do without
+            pass
     exec(compile(ast.Module(body=[node], type_ignores=[]), "<valid_config>", "exec"), ns)
     fn = ns["valid_config"]
 
