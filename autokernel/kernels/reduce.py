@@ -15,7 +15,7 @@ A kernel that keeps its running total in 16 bits along a row is off by about
 eps16 * sqrt(cols / 2), 0.06 (fp16) / 0.25 (bf16) at cols=32768, and fails, which is the point
 (tests check it). Large-magnitude inputs are judged by the relative part.
 Adversarial scales (on top of the 1/sqrt(cols) normalisation):
-- "large": x around 1e4/sqrt(cols) (1e3 in fp16): sums in the thousands, relative tolerance.
+- "large": |x| around 1e4/sqrt(cols), one sign (fp16: 1e3, mixed signs): large sums, relative tolerance.
 - "tiny": around 1e-6/sqrt(cols): fp16 subnormals must be summed, not flushed (past a few
   hundred columns fp16 inputs underflow to zero already when generated; bf16/fp32 do not).
 - "equal": every element 0.5/sqrt(cols): all row sums equal (catches row-mixing bugs) and
@@ -42,6 +42,11 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator |
     x = randn((rows, cols), torch.float32, gen.device if gen is not None else device, gen, scale)
     if scale == "large" and dtype == torch.float16:
         x = x / 10.0  # randn scaled fp32 by 1e4; fp16 gets 1e3 like every other spec
+    elif scale == "large":
+        # One sign: a relative tolerance on a row whose terms cancel to ~0 would demand more than
+        # fp32 accumulation can give (error ~ eps * sum|x|, not eps * |sum|). fp16 keeps mixed signs,
+        # since one-signed rows would overflow its range; its 1e-2 tolerance absorbs cancellation.
+        x = x.abs()
     x = x / math.sqrt(max(cols, 1))
     return (x.to(device=device, dtype=dtype),)
 
