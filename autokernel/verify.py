@@ -2,9 +2,18 @@
 
 For the run's model (options from its profile): take the best kept kernel of every optimized type
 (Store.best_experiment -> its commit in the workspace; else the branch head; else the starter),
-plug each one alone into the model and compare against the original on fresh inputs; a kernel that
-raises or mismatches is reported by name and left out. The survivors are then plugged together,
-compared again, and the whole forward pass is timed against eager and torch.compile. The
+plug each one alone into the model and compare against the reference on fresh inputs; a kernel that
+raises or mismatches is reported by name and left out. On the GPU a kernel whose measured speed-up
+over eager is not above 1 is checked but left out of the optimized model too: plugging a slower
+kernel in would only make the model slower. The survivors are then plugged together, compared
+again, and the whole forward pass is timed against eager and torch.compile.
+
+The reference and tolerance: an fp32 model is compared with its own eager output (relative L2
+1e-4). A half-precision model is compared with an fp32 copy of itself, and the tolerance is
+derived from how far eager half precision already is from that fp32 answer: a kernel may make the
+model at most NOISE_FACTOR times as far from it (never less than one rounding of the dtype). A
+fixed number would be wrong for some model: errors compound over depth, so a 32-layer model in
+bf16 is legitimately further from fp32 than a 2-layer one. The
 end-to-end speed-up is reported next to the Amdahl prediction 1 / (1 - sum f_i (1 - 1/s_i)) with
 f_i the profile's shares and s_i the best experiments' speed-ups over eager.
 
@@ -13,6 +22,7 @@ The result is recorded as a run of kind "verify" (options in config_json, the re
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import traceback
@@ -30,9 +40,10 @@ from autokernel.plug import plugged
 from autokernel.profile import time_forward
 from autokernel.store import Store
 
-# Relative L2 error allowed between the plugged and the original model's outputs. Whole-model
-# errors compound over layers, so these are looser than one kernel's tolerances.
-REL_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+# Relative L2 error allowed against the fp32 reference: the fixed one for fp32 models, and for half
+# precision the floor under the derived one (about one rounding: 2^-11, 2^-8).
+REL_TOLERANCE = {"float32": 1e-4, "float16": 5e-4, "bfloat16": 4e-3}
+NOISE_FACTOR = 2.0
 FRESH_SEED = 4242  # not the profiling seed (0): kernels are checked on inputs they have not seen
 
 
@@ -42,7 +53,9 @@ class KernelVerdict:
     kernel_type: str
     source: str  # "experiment N (sha)" | "branch head" | "starter"
     speedup: float  # vs eager, from its best experiment (1.0 when none)
-    ok: bool = False
+    measured: bool = False  # the speed-up comes from a timed experiment
+    ok: bool = False  # correct inside the model
+    slower: bool = False  # correct, but left out of the optimized model: not faster than eager
     rel_error: float | None = None
     max_abs_error: float | None = None
     calls: int = 0
@@ -61,6 +74,8 @@ class VerifyResult:
     rel_error: float | None
     max_abs_error: float | None
     tolerance: float
+    reference: str = "eager"  # what outputs are compared with: "eager" | "float32 copy"
+    eager_error: float | None = None  # eager half precision vs the fp32 copy (the noise the tolerance is from)
     eager_ms: float | None = None
     plugged_ms: float | None = None
     compile_ms: float | None = None
@@ -76,11 +91,16 @@ class VerifyResult:
 
     @property
     def plugged(self) -> list[KernelVerdict]:
-        return [k for k in self.kernels if k.ok]
+        return [k for k in self.kernels if k.ok and not k.slower]
+
+    @property
+    def slower(self) -> list[KernelVerdict]:
+        return [k for k in self.kernels if k.ok and k.slower]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["failed"] = [k.name for k in self.failed]
+        d["slower"] = [k.name for k in self.slower]
         return d
 
 
@@ -102,8 +122,9 @@ def _load_fn(source: str) -> Callable:
     return entry_point(import_kernel(parse_source(source)))
 
 
-def _candidates(store: Store, workspace: Any, model: str, names: list[str] | None) -> list[tuple[Any, str, str, float]]:
-    """(kernel row, source, where it came from, speed-up) of the best kernel per type."""
+def _candidates(store: Store, workspace: Any, model: str,
+                names: list[str] | None) -> list[tuple[Any, str, str, float | None]]:
+    """(kernel row, source, where it came from, speed-up or None) of the best kernel per type."""
     rows = store.list_kernels(model=model)
     if names:
         missing = set(names) - {k.name for k in rows}
@@ -121,9 +142,9 @@ def _candidates(store: Store, workspace: Any, model: str, names: list[str] | Non
             source, origin = workspace.read(k.name), "branch head"
         else:
             source, origin = starter_path(k.kernel_type, k.backend).read_text(), "starter"
-        speedup = float(best.speedup_vs_eager) if best is not None and best.speedup_vs_eager else 1.0
+        speedup = float(best.speedup_vs_eager) if best is not None and best.speedup_vs_eager else None
         current = best_per_type.get(k.kernel_type)
-        if current is None or speedup > current[3]:
+        if current is None or (speedup or 0.0) > (current[3] or 0.0):
             best_per_type[k.kernel_type] = (k, source, origin, speedup)
     return list(best_per_type.values())
 
@@ -132,6 +153,23 @@ def _run_model(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable]) -
     with torch.inference_mode(), plugged(bundle.model, kernels) as rep:
         out = output_tensor(bundle.forward(inputs)).float().clone()
     return out, rep
+
+
+def _float32_inputs(inputs: Any) -> Any:
+    cast = (lambda v: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+    return {k: cast(v) for k, v in inputs.items()} if isinstance(inputs, dict) else tuple(cast(v) for v in inputs)
+
+
+def _float32_reference(bundle: ModelBundle, inputs: Any) -> torch.Tensor:
+    """The output of an fp32 copy of the model (same weights) on the same inputs."""
+    m32 = copy.deepcopy(bundle.model).float()
+    try:
+        with torch.inference_mode():
+            return output_tensor(bundle.forward(_float32_inputs(inputs), model=m32)).float().clone()
+    finally:
+        del m32
+        if bundle.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _time_all(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable], iters: int,
@@ -153,8 +191,12 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
            batch: int | None = None, seq: int | None = None, dtype: str | None = None, device: str | None = None,
            kernels: list[str] | None = None, time_iters: int | None = None,
            with_compile: bool | None = None, record: bool = True,
-           bundle: ModelBundle | None = None) -> VerifyResult:
-    """Plug the best kernels into the model, check outputs, time the forward pass; see module doc."""
+           bundle: ModelBundle | None = None, min_speedup: float | None = None) -> VerifyResult:
+    """Plug the best kernels into the model, check outputs, time the forward pass; see module doc.
+
+    min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the
+    optimized model; default 1.0 on the GPU, none on the CPU (CPU times say nothing of GPU speed,
+    so there every correct kernel goes in, to prove correctness)."""
     if run_id is not None:
         run = store.get_run(run_id)
         model = model or run.model
@@ -173,15 +215,25 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     on_gpu = bundle.device.type == "cuda"
     shares = {e["kernel_type"]: float(e["share"]) for e in json.loads(profile.entries_json)} if profile else {}
 
+    if min_speedup is None and on_gpu:
+        min_speedup = 1.0
+
     inputs = bundle.make_inputs(FRESH_SEED)
     with torch.inference_mode():
         ref = output_tensor(bundle.forward(inputs)).float().clone()
-    tol = REL_TOLERANCE[bundle.dtype_name]
+    tol, reference, eager_error = REL_TOLERANCE[bundle.dtype_name], "eager", None
+    if bundle.dtype != torch.float32:
+        eager_out = ref
+        ref, reference = _float32_reference(bundle, inputs), "float32 copy"
+        eager_error = compare(eager_out, ref)[0]
+        if math.isfinite(eager_error):
+            tol = max(tol, NOISE_FACTOR * eager_error)
 
     verdicts: list[KernelVerdict] = []
     good: dict[str, Callable] = {}
     for row, source, origin, speedup in _candidates(store, workspace, model, kernels):
-        v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin, speedup=speedup)
+        v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin,
+                          speedup=speedup if speedup is not None else 1.0, measured=speedup is not None)
         verdicts.append(v)
         try:
             fn = _load_fn(source)
@@ -197,12 +249,19 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
             v.error = f"{type(exc).__name__}: {str(exc)[:300]}"
             tail = traceback.format_exc().strip().splitlines()[-1]
             v.error += f" [{tail[:200]}]" if tail not in v.error else ""
-        if v.ok:
+        if v.ok and min_speedup is not None and v.measured and v.speedup <= min_speedup:
+            v.slower = True
+            v.error = f"correct, but not faster than eager ({v.speedup:.2f}x): left out of the optimized model"
+        if v.ok and not v.slower:
             good[row.kernel_type] = fn
 
     result = VerifyResult(model=model, options=bundle.options(), device=_device_label(bundle),
                           dtype=bundle.dtype_name, kernels=verdicts, ok=True, rel_error=0.0, max_abs_error=0.0,
-                          tolerance=tol)
+                          tolerance=tol, reference=reference, eager_error=eager_error)
+    if eager_error is not None:
+        result.notes.append(f"reference: an fp32 copy of the model; eager {bundle.dtype_name} is {eager_error:.3g} "
+                            f"from it, so the tolerance is {tol:.3g} ({NOISE_FACTOR:g}x that, at least "
+                            f"{REL_TOLERANCE[bundle.dtype_name]:g})")
     if bundle.input_fn is None:
         result.notes.append("the factory gives no input generator: checked on its example inputs, not fresh ones")
     if good:

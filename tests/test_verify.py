@@ -155,6 +155,58 @@ def test_mismatch_of_the_combined_model_exits_non_zero(env, run_cli, monkeypatch
         assert s2.latest_run("verify").status == "failed"
 
 
+SCALED_RMSNORM = '''
+import torch
+KERNEL_TYPE = "rmsnorm"
+BACKEND = "triton"
+SCALE = {scale}
+
+def kernel_fn(x, weight, eps):
+    v = x.float().pow(2).mean(-1, keepdim=True)
+    return ((x.float() * torch.rsqrt(v + eps)) * weight.float() * SCALE).to(x.dtype)
+'''
+
+
+def test_half_precision_is_judged_against_an_fp32_copy_with_a_derived_tolerance(env):
+    store, ws = env
+    store.add_profile("llama-tiny", LLAMA_ENTRIES, config={**OPTS, "dtype": "bfloat16"})
+    _add_source_kernel(store, ws, "llama-tiny.rmsnorm", "rmsnorm", SCALED_RMSNORM.format(scale=1.0), 0.08)
+    # 3% too large everywhere: an error a bf16 model does not make by itself
+    _add_source_kernel(store, ws, "llama-tiny.rotary_embedding", "rmsnorm", SCALED_RMSNORM.format(scale=1.03), 0.05)
+    r = verify(store, ws, time_iters=0, kernels=["llama-tiny.rmsnorm"])
+    assert r.reference == "float32 copy" and r.dtype == "bfloat16"
+    assert 0 < r.eager_error < 0.05  # bf16 eager is not the fp32 answer, but near it
+    assert r.tolerance == pytest.approx(max(4e-3, 2 * r.eager_error))
+    assert r.ok and [v.name for v in r.plugged] == ["llama-tiny.rmsnorm"]
+    assert r.rel_error <= r.tolerance
+    r2 = verify(store, ws, time_iters=0, kernels=["llama-tiny.rotary_embedding"], record=False)
+    assert [v.name for v in r2.failed] == ["llama-tiny.rotary_embedding"] and not r2.plugged
+    assert r2.failed[0].rel_error > r2.tolerance and "outputs differ" in r2.failed[0].error
+
+
+def test_a_correct_kernel_slower_than_eager_is_left_out_of_the_optimized_model(env, run_cli):
+    store, ws = env
+    store.add_profile("llama-tiny", LLAMA_ENTRIES, config=OPTS)
+    extract(store, ws, top=2)  # matmul, fused_mlp
+    run = store.create_run("loop", model="llama-tiny")
+    for name, speedup in (("llama-tiny.matmul", 0.71), ("llama-tiny.fused_mlp", 1.3)):
+        k = store.get_kernel(name)
+        store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, commit=ws.head(name),
+                             status="baseline", latency_us=10.0, speedup_vs_eager=speedup)
+    r = verify(store, ws, time_iters=0, min_speedup=1.0)
+    assert r.ok and not r.failed
+    assert [v.name for v in r.slower] == ["llama-tiny.matmul"] and [v.name for v in r.plugged] == ["llama-tiny.fused_mlp"]
+    mm = r.slower[0]
+    assert mm.ok and mm.rel_error < 1e-5 and mm.calls > 0 and "not faster than eager" in mm.error
+    assert r.amdahl_prediction == pytest.approx(1 / (1 - 0.3 * (1 - 1 / 1.3)))
+    # on the CPU nothing is left out for speed unless asked (min_speedup None)
+    assert {v.name for v in verify(store, ws, time_iters=0, record=False).plugged} == {"llama-tiny.matmul",
+                                                                                     "llama-tiny.fused_mlp"}
+    code, out, err = run_cli("verify", "--iters", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["slower"] == []
+
+
 def test_gpt2_conv1d_and_bert_attention_plug_in():
     g = load_model("gpt2-tiny", seq=8)
     b = load_model("bert-tiny", seq=8)

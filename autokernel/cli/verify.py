@@ -20,16 +20,21 @@ def verify_table(data: dict[str, Any]) -> Table:
     for col in ("kernel", "type", "from", "kernel speed-up", "calls", "fallbacks", "rel. error alone", "status"):
         table.add_column(col)
     for k in data["kernels"]:
-        status = "[green]plugged[/]" if k["ok"] else f"[red]left out[/]: {k['error']}"
-        if k["ok"] and k["error"]:
-            status += f" ({k['error']})"
-        table.add_row(k["name"], k["kernel_type"], k["source"], f"{k['speedup']:.2f}x", str(k["calls"]),
+        if k.get("slower"):
+            status = "[yellow]correct, left out[/]: not faster than eager"
+        elif k["ok"]:
+            status = "[green]plugged[/]" + (f" ({k['error']})" if k["error"] else "")
+        else:
+            status = f"[red]left out[/]: {k['error']}"
+        speedup = f"{k['speedup']:.2f}x" if k.get("measured", True) else "-"
+        table.add_row(k["name"], k["kernel_type"], k["source"], speedup, str(k["calls"]),
                       str(k["fallbacks"]), _fmt(k["rel_error"], ".2e"), status)
     return table
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:
-    lines = [f"outputs: relative error {_fmt(data['rel_error'], '.2e')} (tolerance {data['tolerance']:g}), "
+    lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {_fmt(data['rel_error'], '.2e')} "
+             f"(tolerance {data['tolerance']:.3g}), "
              f"max abs {_fmt(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
     if data["eager_ms"] is not None:
         lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
@@ -49,6 +54,8 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to verify (default: the run's)."),
         kernel: Optional[list[str]] = typer.Option(None, "--kernel", help="Only these kernels (repeatable)."),
         iters: Optional[int] = typer.Option(None, "--iters", help="Timed forward passes (0: no timing)."),
+        include_slower: bool = typer.Option(False, "--include-slower",
+                                            help="Plug in correct kernels even when not faster than eager."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Plug the best kernels into the model, compare outputs with the original, time the forward pass."""
@@ -60,7 +67,7 @@ def register(app: typer.Typer) -> None:
         paths = ctx.obj.ensure()
         with Store(paths.db) as store:
             result = verify(store, Workspace.open(paths), run_id=run, model=model, kernels=kernel or None,
-                            time_iters=iters)
+                            time_iters=iters, min_speedup=0.0 if include_slower else None)
         data = result.to_dict()
         if as_json:
             out.print_json(json.dumps(data, default=str))
