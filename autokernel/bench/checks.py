@@ -186,7 +186,7 @@ def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tu
 
 
 def run_check(spec: KernelSpec, fn: Callable, args: tuple, device: str, *, exact=None, meta=None,
-              call_wrapper: Callable | None = None) -> CheckReport:
+              call_wrapper: Callable | None = None, scale: str = "normal") -> CheckReport:
     """Call the candidate once on `args` under every guard and judge its output."""
     if exact is None or meta is None:
         exact, meta = reference_outputs(spec, args)
@@ -200,7 +200,7 @@ def run_check(spec: KernelSpec, fn: Callable, args: tuple, device: str, *, exact
     outs = check_structure(out, meta, device)
     check_no_alias(outs, args)
     check_inputs_unchanged(before, args)
-    atol, rtol = spec.tolerance(outs[0].dtype if outs[0].is_floating_point() else args[0].dtype)
+    atol, rtol = spec.tolerance(outs[0].dtype if outs[0].is_floating_point() else args[0].dtype, scale)
     max_abs, max_rel = compare(outs, exact, atol, rtol)
     return CheckReport(max_abs, max_rel, out)
 

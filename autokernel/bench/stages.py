@@ -60,7 +60,7 @@ class StageContext:
         if transform is not None:
             args = transform(args)
         try:
-            return run_check(self.spec, self.fn, args, self.device, call_wrapper=self.call), args
+            return run_check(self.spec, self.fn, args, self.device, call_wrapper=self.call, scale=scale), args
         except CheckFailure as exc:
             label = self.spec.shape_label(shape)
             raise CheckFailure(f"{label} {dtype}{'' if scale == 'normal' else ' ' + scale}: {exc}") from None

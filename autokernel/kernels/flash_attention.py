@@ -30,7 +30,11 @@ Adversarial scales:
 - "large": q ten times larger and an explicit scale of 1.0 (instead of 1/sqrt(D)): logits of
   order 10 * sqrt(D) (~110 at D128), near-one-hot rows. A kernel without the running-max
   subtraction overflows exp; one that ignores the `scale` argument is wrong. It also exercises
-  the explicit-scale path of the entry signature.
+  the explicit-scale path of the entry signature. Its fp32 tolerance is 5e-4, not 1e-4: an fp32
+  q.k over D terms of size ~10 carries an absolute logit error of about sqrt(D) * eps32 * |logit|
+  (~1e-4 at D128), which moves the dominant probabilities by as much, in any fp32 implementation
+  (the H200 run of the ieee starter failed 1e-4 there). Half precision keeps its tolerance: its
+  inputs are rounded before the reference sees them, and the kernel's fp32 logits are as exact.
 - "equal": q and k constant (0.5), v random: every row is a uniform average of v (over the
   causal prefix), so any row-max or normalizer mistake, or a mis-aligned causal mask, shows.
 """
@@ -148,6 +152,7 @@ SPEC = KernelSpec(
                  _s(2, 2, 2, 67, 32, 0), _s(1, 1, 1, 130, 128, 1)],
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "equal"),
+    scale_tolerances={"large": {"float32": (5e-4, 5e-4)}},
     compute_bound=True,
     library_kernel_patterns=LIBRARY_PATTERNS,
     noncontiguous_args=(0, 1, 2),
