@@ -182,8 +182,12 @@ def hf_snapshot() -> Optional[Path]:
         from huggingface_hub import snapshot_download
     except ImportError:
         return None
+    # The cache folder is read now, not at huggingface_hub's import, so HF_HUB_CACHE / HF_HOME set
+    # by a caller (or a test) after that import still count.
+    cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(os.environ["HF_HOME"], "hub")
+                                                if os.environ.get("HF_HOME") else None)
     try:
-        return Path(snapshot_download(HF_DATASET, repo_type="dataset", local_files_only=True))
+        return Path(snapshot_download(HF_DATASET, repo_type="dataset", local_files_only=True, cache_dir=cache))
     except Exception:
         return None
 
