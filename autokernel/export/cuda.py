@@ -281,6 +281,7 @@ def export_cuda(plan: ExportPlan, out: Path, source: str, *, build: bool | None 
     standalone = standalone_source(source)
     cu_rel, ext = f"{plan.python_name}_cuda/kernel.cu", out / "torch-ext"
     (out / cu_rel).parent.mkdir(parents=True, exist_ok=True)
+    ext.mkdir(parents=True, exist_ok=True)
     (out / cu_rel).write_text(render_kernel_cu(args))
     (ext / "torch_binding.h").write_text(render_binding_h(args))
     (ext / "torch_binding.cpp").write_text(render_binding_cpp(args))
