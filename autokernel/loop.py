@@ -76,6 +76,13 @@ def beats(new_us: float, new_iqr: float | None, best_us: float | None, best_iqr:
 
 
 class _Loop:
+    """The experiments of one run. Subclasses (kb.runner._KBLoop) change what differs through spec(),
+    experiment_limit(), count() and the stop reasons, never the loop itself."""
+
+    # why run_budget stops (subclasses word it for what they run on)
+    BUDGET_SPENT = "time budget spent"
+    NOTHING_LEFT = "every kernel exhausted"
+
     def __init__(self, store, workspace, *, run, kernels, agent, proposer, judge, budget_s, max_experiments,
                  timeout_s, on_event):
         self.store, self.ws, self.run = store, workspace, run
@@ -134,6 +141,12 @@ class _Loop:
 
     # -- the experiments ------------------------------------------------------------------------
 
+    def abandon(self, exp, exc: BaseException, t0: float) -> None:
+        """An experiment stopped by Ctrl-C or a bench/workspace failure: no running row left behind."""
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
+                                     duration_s=time.monotonic() - t0, finished_at=utcnow())
+
     def baselines(self) -> None:
         done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id)
                 if e.proposer == "baseline" and e.status != "abandoned"}
@@ -159,9 +172,7 @@ class _Loop:
             try:
                 res = self.bench(k, source, quick=False)
             except BaseException as exc:  # Ctrl-C or a bench failure: no running row left behind
-                reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-                self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
-                                             duration_s=time.monotonic() - t0, finished_at=utcnow())
+                self.abandon(exp, exc, t0)
                 raise
             fields = res.experiment_fields()
             status = "baseline" if res.correct else fields.get("status", "crashed")
@@ -176,13 +187,17 @@ class _Loop:
             self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": _row(row)}))
             self.state_event()
 
-    def propose(self, k) -> Optional[Proposal]:
+    def spec(self, k):
+        """What the proposer is told the kernel must compute: its kernel type's spec."""
         from autokernel.kernels import get_spec
 
+        return get_spec(k.kernel_type)
+
+    def propose(self, k) -> Optional[Proposal]:
         source = self.ws.read(k.name)
         history = self.store.list_experiments(kernel_id=k.id)
         try:
-            proposal = self.proposer.propose(source, get_spec(k.kernel_type), history, self.last_result.get(k.id),
+            proposal = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id),
                                              kernel=self.context(k))
         except SearchExhausted as exc:
             self.orch.mark_exhausted(k.id)
@@ -242,24 +257,28 @@ class _Loop:
                     self.ws.revert(k.name, worktree, sha)
                 except Exception:
                     pass
-            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
-                                         duration_s=time.monotonic() - t0, finished_at=utcnow())
+            self.abandon(exp, exc, t0)
             raise
         self.orch.record(row)
         self.last_result[k.id] = res
         self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
         self.state_event()
 
+    def experiment_limit(self) -> Optional[int]:
+        """How many experiments count() may reach before the loop stops (None: no limit)."""
+        return self.max_experiments
+
     def run_budget(self) -> str:
+        """Experiments until the budget, the experiment limit or the kernels run out; returns why it stopped."""
         while True:
             if self.elapsed() >= self.budget_s:
-                return "time budget spent"
-            if self.max_experiments is not None and self.count() >= self.max_experiments:
-                return f"{self.max_experiments} experiments done"
+                return self.BUDGET_SPENT
+            limit = self.experiment_limit()
+            if limit is not None and self.count() >= limit:
+                return f"{limit} experiments done"
             st = self.orch.pick()
             if st is None:
-                return "every kernel exhausted"
+                return self.NOTHING_LEFT
             k = self.kernels[st.kernel_id]
             proposal = self.propose(k)
             if proposal is not None:
@@ -316,9 +335,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     current experiment is abandoned cleanly and the summary says "interrupted"."""
     emit = on_event or (lambda e: None)
     if resume_run_id is not None:
-        run = store.get_run(resume_run_id)
-        if run.kind != "loop":
-            raise ConfigError(f"run {run.id} is a {run.kind} run, not a loop run")
+        run = reopen_run(store, store.get_run(resume_run_id), "loop", emit)
         opts = json.loads(run.config_json or "{}")
         model, agent, backend = run.model, run.agent or agent, opts.get("backend", backend)
         kernels = kernels or opts.get("kernels")
@@ -328,10 +345,6 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         hours = hours if hours is not None else opts.get("hours")
         max_experiments = max_experiments if max_experiments is not None else opts.get("max_experiments")
         llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
-        n = store.abandon_running(run.id)
-        if n:
-            emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
-        run = store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
     else:
         if not model:
             raise ConfigError("--model is required (or --resume RUN)")
@@ -339,9 +352,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
             "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
             "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model, "provider": provider})
     hours = 8.0 if hours is None else float(hours)
-    removed = workspace.cleanup_stale()
-    if removed:
-        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
+    cleanup_stale(workspace, emit)
     rows = ensure_kernels(store, workspace, model=model, backend=backend, kernel_types=kernels, batch=batch,
                           seq=seq, dtype=dtype, device=device, top=top, emit=emit)
     if proposer is None:
@@ -351,20 +362,14 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         judge, worker = default_judge(store, emit)
     loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
                  budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit)
-    status, reason = "finished", ""
-    try:
+
+    def work() -> str:
         loop.reconcile()
         loop.state_event("starting")
         loop.baselines()
-        reason = loop.run_budget()
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted by the user"
-    except BaseException:
-        store.finish_run(run.id, "failed")
-        raise
-    finally:
-        if worker is not None:
-            worker.close()
+        return loop.run_budget()
+
+    status, reason = run_guarded(store, run.id, work, worker)
     summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
     if verify and status == "finished":
         emit(LoopEvent("stage", "verifying the model with the kept kernels"))
@@ -372,6 +377,39 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         emit(LoopEvent("verify", summary.verify_error or "verified", {"verify": summary.verify}))
     store.finish_run(run.id, status)
     return summary
+
+
+def reopen_run(store, run, kind: str, emit):
+    """A run resumed by this process: of the right kind, rows a dead process left "running" marked
+    abandoned, and the run itself running again under this pid."""
+    if run.kind != kind:
+        raise ConfigError(f"run {run.id} is a {run.kind} run, not a {kind} run")
+    n = store.abandon_running(run.id)
+    if n:
+        emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
+    return store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
+
+
+def run_guarded(store, run_id: int, work: Callable[[], str], worker=None) -> tuple[str, str]:
+    """(status, reason) of a run's work (which returns why it stopped): Ctrl-C is an interrupted
+    run, any other failure marks the run failed and propagates; the worker is closed either way."""
+    try:
+        return "finished", work()
+    except KeyboardInterrupt:
+        return "interrupted", "interrupted by the user"
+    except BaseException:
+        store.finish_run(run_id, "failed")
+        raise
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def cleanup_stale(workspace, emit) -> None:
+    """Remove the worktrees a dead process left behind."""
+    removed = workspace.cleanup_stale()
+    if removed:
+        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
 
 
 def default_judge(store, emit) -> tuple[Judge, Any]:

@@ -38,7 +38,12 @@ def _tail(text: str, n: int = TAIL_CHARS) -> str:
 
 
 class BenchWorker:
-    """A long-lived judge process. Use as a context manager, or call close()."""
+    """A long-lived judge process. Use as a context manager, or call close(). Subclasses run another
+    child module (one that serves the same protocol, see worker.serve) by setting the class attributes."""
+
+    module = "autokernel.bench.worker"  # the child: `python -m <module>`
+    label = "the bench worker"  # how errors name the child
+    log_prefix = "ak-bench-"  # the child's stderr file
 
     def __init__(self, *, env: Optional[dict[str, str]] = None, startup_timeout_s: float = STARTUP_TIMEOUT_S,
                  python: str = sys.executable):
@@ -54,19 +59,19 @@ class BenchWorker:
     # -- process management -----------------------------------------------------------------
 
     def _start(self) -> None:
-        self._stderr = tempfile.TemporaryFile(prefix="ak-bench-", suffix=".log")
+        self._stderr = tempfile.TemporaryFile(prefix=self.log_prefix, suffix=".log")
         self._buf = b""
         root = str(Path(__file__).resolve().parents[2])
         env = dict(self._env)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._proc = subprocess.Popen(
-            [self._python, "-m", "autokernel.bench.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [self._python, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
         hello = self._read_reply(self._startup_timeout)
         if not hello or not hello.get("ready"):
             err = self._stderr_tail(0)
             self._kill()
-            raise BenchError(f"the bench worker did not start: {err or 'no output'}")
+            raise BenchError(f"{self.label} did not start: {err or 'no output'}")
         self._info = hello
         self.restarts += 1
 
@@ -190,6 +195,17 @@ class BenchWorker:
 
     # -- judging --------------------------------------------------------------------------------
 
+    @staticmethod
+    def reply_result(reply: dict[str, Any], kernel_type: str, backend: str) -> BenchResult:
+        """The result a judge reply carries; a timeout or death of the child becomes a result, the
+        bench's own failure (bench_error) is raised."""
+        if "bench_error" in reply:
+            raise BenchError(reply["bench_error"])
+        if "result" in reply:
+            return BenchResult.from_dict(reply["result"])
+        return BenchResult(kernel_type=kernel_type, backend=backend,
+                           outcome=TIMEOUT if reply.get("timeout") else CRASHED, error=reply.get("error"))
+
     def judge(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
               shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
               quick: bool = False, timeout_s: float = 600, baselines: bool = True,
@@ -219,13 +235,8 @@ class BenchWorker:
                    "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
                    "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings}
         reply = self.request(payload, timeout_s + GRACE_S)
-        if "bench_error" in reply:
-            raise BenchError(reply["bench_error"])
-        if "result" in reply:
-            res = BenchResult.from_dict(reply["result"])
-        else:
-            res = BenchResult(kernel_type=kf.kernel_type, backend=kf.backend,
-                              outcome=TIMEOUT if reply.get("timeout") else CRASHED, error=reply.get("error"))
+        res = self.reply_result(reply, kf.kernel_type, kf.backend)
+        if "result" not in reply:
             res.extra["config"] = kf.config
             if reply.get("died") and self._proc is None:
                 res.extra["worker_exit"] = "worker died"

@@ -9,9 +9,17 @@ import json
 import os
 import sys
 import traceback
+from typing import Callable
 
 
-def main() -> int:
+Handler = Callable[[dict, Callable[[dict], None]], dict]  # (request, send) -> the reply
+
+
+def serve(handlers: dict[str, Handler]) -> int:
+    """The child's side of the protocol, shared by every judge child (this one, kb.worker): a ready
+    line with the environment, then one reply per request line from handlers[request["op"]]
+    (which may send interim messages such as {"extend_s": ...} itself) until "exit" or EOF. A
+    failure of a handler is the bench's own failure, answered as bench_error."""
     # The protocol keeps the real stdout; the candidate's prints go to stderr (the parent's log).
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -41,17 +49,28 @@ def main() -> int:
         if op == "exit":
             break
         try:
-            if op == "judge":
-                send(judge.judge_request(req, notify=send))
-            elif op == "calibrate":
-                from autokernel.bench.ceilings import measure_ceilings
-
-                send({"ceilings": measure_ceilings(), **judge.environment()})
-            else:
-                send({"bench_error": f"unknown op {op!r}"})
+            handler = handlers.get(op) if isinstance(op, str) else None
+            send(handler(req, send) if handler is not None else {"bench_error": f"unknown op {op!r}"})
         except Exception:  # the bench's own failure, not the candidate's
             send({"bench_error": traceback.format_exc()[-3000:]})
     return 0
+
+
+def _judge(req: dict, send) -> dict:
+    from autokernel.bench import judge
+
+    return judge.judge_request(req, notify=send)
+
+
+def _calibrate(req: dict, send) -> dict:
+    from autokernel.bench import judge
+    from autokernel.bench.ceilings import measure_ceilings
+
+    return {"ceilings": measure_ceilings(), **judge.environment()}
+
+
+def main() -> int:
+    return serve({"judge": _judge, "calibrate": _calibrate})
 
 
 if __name__ == "__main__":

@@ -10,15 +10,11 @@ in the same process as every candidate. This module never imports torch.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-from autokernel.bench.result import COMPILE_ERROR, CRASHED, TIMEOUT, BenchResult
+from autokernel.bench.result import COMPILE_ERROR, BenchResult
 from autokernel.bench.runner import GRACE_S, BenchWorker
-from autokernel.errors import BenchError, KernelFileError
+from autokernel.errors import KernelFileError
 from autokernel.kb.problems import Problem
 
 DEFAULT_SEED = 42
@@ -28,23 +24,8 @@ class KBWorker(BenchWorker):
     """BenchWorker whose child is the KernelBench judge."""
 
     module = "autokernel.kb.worker"
-
-    def _start(self) -> None:
-        self._stderr = tempfile.TemporaryFile(prefix="ak-kb-", suffix=".log")
-        self._buf = b""
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(self._env)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self._proc = subprocess.Popen(
-            [self._python, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
-        hello = self._read_reply(self._startup_timeout)
-        if not hello or not hello.get("ready"):
-            err = self._stderr_tail(0)
-            self._kill()
-            raise BenchError(f"the KernelBench judge did not start: {err or 'no output'}")
-        self._info = hello
-        self.restarts += 1
+    label = "the KernelBench judge"
+    log_prefix = "ak-kb-"
 
     def evaluate(self, problem: Problem, source: str, *, quick: bool = False, timeout_s: float = 600.0,
                  timing: bool = True, seed: int = DEFAULT_SEED) -> BenchResult:
@@ -59,14 +40,7 @@ class KBWorker(BenchWorker):
                                duration_s=time.monotonic() - t0)
         payload = {"op": "kb", "problem_code": problem.code, "problem_name": problem.label(), "source": source,
                    "quick": quick, "timeout_s": timeout_s, "timing": timing, "seed": seed}
-        reply = self.request(payload, timeout_s + GRACE_S)
-        if "bench_error" in reply:
-            raise BenchError(reply["bench_error"])
-        if "result" in reply:
-            res = BenchResult.from_dict(reply["result"])
-        else:
-            res = BenchResult(kernel_type="kb", backend="triton", outcome=TIMEOUT if reply.get("timeout") else CRASHED,
-                              error=reply.get("error"))
+        res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")
         res.duration_s = time.monotonic() - t0
         return res
 

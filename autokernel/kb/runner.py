@@ -22,10 +22,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, ProposerError
+from autokernel.errors import AutoKernelError, ConfigError, NotFoundError
 from autokernel.kb.problems import Problem, load_problems, resolve_size, resolve_source, source_label
-from autokernel.loop import LoopEvent, _Loop, _row
-from autokernel.proposers import SearchExhausted, make_proposer
+from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded
+from autokernel.proposers import make_proposer
 
 KERNEL_TYPE = "kb"
 
@@ -74,50 +74,27 @@ class _Code:
 
 
 class _KBLoop(_Loop):
-    """The loop on one problem."""
+    """The loop on one problem: the proposer gets the problem instead of a kernel-type spec, and the
+    loop stops after per_problem experiments on it (its time budget is the problem's share)."""
+
+    BUDGET_SPENT = "its share of the time budget spent"
+    NOTHING_LEFT = "nothing left to try"
 
     def __init__(self, *a, problem: Problem, per_problem: Optional[int], **kw):
         super().__init__(*a, **kw)
         self.problem = problem
         self.per_problem = per_problem
-        self.spec = _ProblemSpec(problem)
+        self.problem_spec = _ProblemSpec(problem)
 
     def count(self) -> int:
         return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline"
                    and e.kernel_id in self.kernels)
 
-    def propose(self, k):
-        source = self.ws.read(k.name)
-        history = self.store.list_experiments(kernel_id=k.id)
-        try:
-            proposal = self.proposer.propose(source, self.spec, history, self.last_result.get(k.id),
-                                             kernel=self.context(k))
-        except SearchExhausted as exc:
-            self.orch.mark_exhausted(k.id)
-            self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
-            return None
-        except ProposerError as exc:
-            n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
-            self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
-            if n >= 3:
-                self.orch.mark_exhausted(k.id)
-            return None
-        self.failures[k.id] = 0
-        return proposal
+    def spec(self, k):
+        return self.problem_spec
 
-    def run_budget(self) -> str:
-        while True:
-            if self.elapsed() >= self.budget_s:
-                return "its share of the time budget spent"
-            if self.per_problem is not None and self.count() >= self.per_problem:
-                return f"{self.per_problem} experiments done"
-            st = self.orch.pick()
-            if st is None:
-                return "nothing left to try"
-            k = self.kernels[st.kernel_id]
-            proposal = self.propose(k)
-            if proposal is not None:
-                self.experiment(k, proposal)
+    def experiment_limit(self) -> Optional[int]:
+        return self.per_problem
 
 
 def problem_meta(kernel) -> dict[str, Any]:
@@ -175,18 +152,13 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         run = store.get_run(int(resume)) if not isinstance(resume, bool) else store.latest_run(kind="kb")
         if run is None:
             raise NotFoundError("no kb run to resume", hint="start one with `autokernel kb run --level N`")
-        if run.kind != "kb":
-            raise ConfigError(f"run {run.id} is a {run.kind} run, not a kb run")
+        run = reopen_run(store, run, "kb", emit)
         opts = json.loads(run.config_json or "{}")
         level, ids, source = opts.get("level"), opts.get("ids"), opts.get("source")
         kb_path, size, agent = opts.get("kb_path") or kb_path, opts.get("size", size), run.agent or agent
         experiments_per_problem = opts.get("experiments_per_problem", experiments_per_problem)
         hours = hours if hours is not None else opts.get("hours")
         llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
-        n = store.abandon_running(run.id)
-        if n:
-            emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
-        run = store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
     else:
         if level is None:
             raise ConfigError("--level is required (or --resume)")
@@ -199,9 +171,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
     problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
     emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from {source_label(source)}"))
     budget_s = (8.0 if hours is None else float(hours)) * 3600.0
-    removed = workspace.cleanup_stale()
-    if removed:
-        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
+    cleanup_stale(workspace, emit)
     own_worker = worker is None
     if own_worker:
         from autokernel.kb.evaluate import KBWorker
@@ -209,9 +179,8 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         worker = KBWorker()
     if proposer is None:
         proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
-    status, reason = "finished", "every problem done"
-    per_problem: list[dict[str, Any]] = []
-    try:
+
+    def work() -> str:
         for i, p in enumerate(problems, 1):
             emit(LoopEvent("problem", f"[{i}/{len(problems)}] {p.label()}", {"index": i, "total": len(problems),
                                                                             "kernel": p.kernel_name}))
@@ -241,16 +210,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                 emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],
                                {"kernel": p.kernel_name}))
             if time_spent(store, run.id) >= budget_s:
-                reason = "time budget spent"
-                break
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted by the user"
-    except BaseException:
-        store.finish_run(run.id, "failed")
-        raise
-    finally:
-        if own_worker:
-            worker.close()
+                return "time budget spent"
+        return "every problem done"
+
+    status, reason = run_guarded(store, run.id, work, worker if own_worker else None)
     store.finish_run(run.id, status)
     return summarize_run(store, run.id, status=status, reason=reason)
 

@@ -25,9 +25,6 @@ The protocol (KernelBench's current evaluation, plus our anti-cheat):
 
 from __future__ import annotations
 
-import faulthandler
-import json
-import os
 import statistics
 import sys
 import time
@@ -416,39 +413,9 @@ def _time_gpu_all(res, ref, new, inputs, code: str, quick: bool, deadline: float
 
 
 def main() -> int:
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    faulthandler.enable(file=sys.stderr)
+    from autokernel.bench.worker import serve
 
-    def send(obj) -> None:
-        proto.write(json.dumps(obj, default=str) + "\n")
-        proto.flush()
-
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from autokernel.bench import judge as bj
-
-    send({"ready": True, **bj.environment()})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-        except json.JSONDecodeError as exc:
-            send({"bench_error": f"bad request: {exc}"})
-            continue
-        if req.get("op") == "exit":
-            break
-        try:
-            if req.get("op") == "kb":
-                send(judge_kb(req, notify=send))
-            else:
-                send({"bench_error": f"unknown op {req.get('op')!r}"})
-        except Exception:
-            send({"bench_error": traceback.format_exc()[-3000:]})
-    return 0
+    return serve({"kb": lambda req, send: judge_kb(req, notify=send)})
 
 
 if __name__ == "__main__":
