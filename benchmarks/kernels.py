@@ -68,7 +68,8 @@ def prebuild_cuda(types: list[str], timeout_s: float = 480) -> dict[str, str]:
 
 
 def run(types: list[str], backends: list[str], timeout_s: float, quick: bool, small: bool = False,
-        prebuild: bool = True) -> dict:
+        prebuild: bool = True, partial: Path | None = None) -> dict:
+    """partial: a file rewritten after every kernel, so a run cut off by a time limit keeps its rows."""
     from autokernel.bench import BenchWorker
     from autokernel.kernels import get_spec, starter_path
 
@@ -78,6 +79,10 @@ def run(types: list[str], backends: list[str], timeout_s: float, quick: bool, sm
         t0 = time.monotonic()
         built = prebuild_cuda(types)
         print(f"prebuilt CUDA starters in {time.monotonic() - t0:.0f} s: {built}", flush=True)
+    def snapshot() -> dict:
+        return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": info,
+                "ceilings": ceilings, "rows": rows, "quick": quick, "prebuild": built, "small": small}
+
     with BenchWorker() as worker:
         info = dict(worker.info)
         ceilings = worker.calibrate()["ceilings"]
@@ -100,8 +105,9 @@ def run(types: list[str], backends: list[str], timeout_s: float, quick: bool, sm
                 print(f"{t:18s} {b:7s} {row['outcome']:13s} {row['wall_s']:6.1f} s "
                       f"{row.get('latency_us') or 0:10.1f} us  {row.get('pct_peak') or 0:5.1f}%", flush=True)
                 rows.append(row)
-    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": info,
-            "ceilings": ceilings, "rows": rows, "quick": quick, "prebuild": built, "small": small}
+                if partial is not None:
+                    partial.write_text(json.dumps(snapshot(), indent=1, default=str))
+    return snapshot()
 
 
 def _f(v, spec=".1f", suffix=""):
@@ -209,9 +215,9 @@ def main() -> int:
         bad = [t for t in types if t not in KERNEL_TYPES] + [b for b in backends if b not in BACKENDS]
         if bad:
             ap.error(f"unknown: {', '.join(bad)}")
-        data = run(types, backends, args.timeout, quick=not args.full, small=args.small,
-                   prebuild=not args.no_prebuild)
         args.out.mkdir(parents=True, exist_ok=True)
+        data = run(types, backends, args.timeout, quick=not args.full, small=args.small,
+                   prebuild=not args.no_prebuild, partial=args.out / "kernels.json")
         (args.out / "kernels.json").write_text(json.dumps(data, indent=1, default=str))
     section = render(data)
     if not args.from_json:

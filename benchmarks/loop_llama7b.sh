@@ -74,7 +74,13 @@ else:
                  f"with AutoKernel {fmt(ver.get('plugged_ms'))} ms, torch.compile {fmt(ver.get('compile_ms'))} ms; "
                  f"speed-up {fmt(ver.get('speedup_vs_eager'), '.3f')}x vs eager, "
                  f"{fmt(ver.get('speedup_vs_compile'), '.3f')}x vs torch.compile"
-                 + (f"; left out: {', '.join(ver['failed'])}" if ver.get("failed") else "") + ".")
+                 + (f"; left out: {', '.join(ver['failed'])}" if ver.get("failed") else "")
+                 + (f"; correct but not faster than eager, left out: {', '.join(ver['slower'])}"
+                    if ver.get("slower") else "") + ".")
+    if ver.get("eager_error") is not None:
+        lines.append(f"Outputs vs an fp32 copy of the model: relative error {fmt(ver.get('rel_error'), '.3g')} "
+                     f"(eager bf16 itself: {fmt(ver.get('eager_error'), '.3g')}; tolerance "
+                     f"{fmt(ver.get('tolerance'), '.3g')}).")
 text = "\n".join(lines) + "\n"
 with open(sys.argv[3], "a") as f:
     f.write(text)
