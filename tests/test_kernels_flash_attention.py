@@ -16,43 +16,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autokernel.cuda.build import compile_check, nvcc_available
-from autokernel.kernelfile import import_kernel, parse_source, read_kernel_file, with_config
-from autokernel.kernels import get_spec, starter_path
+from autokernel.kernels import starter_path
+from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, Kernel
 
-SPEC = get_spec("flash_attention")
-HAS_CUDA = torch.cuda.is_available()
-DEVICE = "cuda" if HAS_CUDA else "cpu"
-# tl.dot on bf16 operands returns garbage under the interpreter: bf16 is checked on the GPU only.
-CPU_DTYPES = (torch.float32, torch.float16)
-ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+K = Kernel("flash_attention", out_shape=lambda args: args[0].shape)  # q's shape
+SPEC = K.spec
+check, load = K.check, K.load
+triton_mod, cuda_mod = K.fixtures(own_home=True)  # shared checks: tests/support/kernel_cases.py
 
 
 def shape(b, h, hkv, s, d, causal):
     return {"batch": b, "heads": h, "kv_heads": hkv, "seq": s, "head_dim": d, "causal": causal}
-
-
-def check(out: torch.Tensor, args: tuple, dtype: torch.dtype) -> None:
-    q = args[0]
-    ref = SPEC.reference(*[a.double() if torch.is_tensor(a) else a for a in args])
-    assert out.shape == q.shape and out.dtype == dtype and out.device == q.device
-    assert not torch.isnan(out).any()
-    atol, rtol = SPEC.tolerance(dtype)
-    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
-
-
-def load(backend: str, config: dict | None = None, tmp_path=None):
-    path = starter_path("flash_attention", backend)
-    if not config:
-        return import_kernel(read_kernel_file(path))
-    target = tmp_path / f"fa_{abs(hash(tuple(sorted(config.items()))))}.py"
-    target.write_text(with_config(path.read_text(), config))
-    return import_kernel(read_kernel_file(target))
-
-
-@pytest.fixture(scope="module")
-def triton_mod():
-    return load("triton")
 
 
 # Small tiles so the interpreter's short sequences still cross several key blocks: the causal
@@ -70,13 +44,12 @@ def triton_small_tiles(tmp_path_factory):
 
 def test_spec_costs_and_shapes():
     s = shape(4, 32, 32, 4096, 128, 1)
-    assert SPEC.flops(s, torch.bfloat16) == 4 * 4 * 32 * 4096 * 4096 * 128 / 2
+    K.assert_costs(s, flops={torch.bfloat16: 4 * 4 * 32 * 4096 * 4096 * 128 / 2},
+                   labels={"1x32x32x2048x128x1", "4x32x32x4096x128x1", "1x32x8x4096x128x1"})
     assert SPEC.flops(dict(s, causal=0), torch.bfloat16) == 4 * 4 * 32 * 4096 * 4096 * 128
     g = shape(1, 32, 8, 4096, 128, 1)
     assert SPEC.bytes(g, torch.bfloat16) == 2 * (2 * 32 * 4096 * 128 + 2 * 8 * 4096 * 128)
     assert SPEC.bytes(g, torch.float32) == 2 * SPEC.bytes(g, torch.float16)
-    labels = {SPEC.shape_label(x) for x in SPEC.default_shapes}
-    assert {"1x32x32x2048x128x1", "4x32x32x4096x128x1", "1x32x8x4096x128x1"} <= labels
     assert {x["head_dim"] for x in SPEC.default_shapes} == {64, 128}
     assert {x["causal"] for x in SPEC.default_shapes} == {0, 1}
     assert any(x["seq"] == 1 for x in SPEC.edge_shapes)
@@ -86,19 +59,15 @@ def test_spec_costs_and_shapes():
 
 def test_library_patterns_do_not_match_the_starters_own_kernels():
     """The anti-cheat (the bench's own matcher) rejects SDPA's kernels but not the starters'."""
-    from autokernel.bench.launches import is_foreign
-
-    pats = SPEC.library_kernel_patterns
-    for name in ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1",
+    K.assert_kernel_names(
+        foreign=("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1",
                  "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)",
                  "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>::Params)",
                  "void (anonymous namespace)::softmax_warp_forward<float, float, float, 11, false, false>",
                  "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>",
-                 "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"):
-        assert is_foreign(name, pats), name
-    for own in ("_attn_fwd", "void fa2_fwd_mma_kernel<__half, 128, 4, 64>(FaParams)",
-                "void fa_fwd_fp32_kernel<float, 32>(FaParams)"):
-        assert not is_foreign(own, pats), own
+                 "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"),
+        own=("_attn_fwd", "void fa2_fwd_mma_kernel<__half, 128, 4, 64>(FaParams)",
+             "void fa_fwd_fp32_kernel<float, 32>(FaParams)"))
 
 
 def test_reference_is_sdpa_with_gqa_and_causal_mask():
@@ -143,13 +112,11 @@ def test_adversarial_inputs(dtype):
 
 
 def test_starter_file_format():
-    kf = read_kernel_file(starter_path("flash_attention", "triton"))
-    assert kf.kernel_type == "flash_attention" and kf.backend == "triton" and kf.deterministic
-    assert {"BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES"} <= set(kf.search_space)
+    K.assert_starter_file("triton", {"BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES"})
 
 
 def test_valid_config(triton_mod):
-    kf = parse_source(starter_path("flash_attention", "triton").read_text())
+    kf = K.kernel_file("triton")
     assert triton_mod.valid_config(dict(kf.config)) and triton_mod.valid_config(dict(kf.config, **SMALL_TILES))
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=64, BLOCK_N=128))  # diagonal off-block
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=256, BLOCK_N=128, NUM_STAGES=5))  # smem
@@ -157,13 +124,9 @@ def test_valid_config(triton_mod):
     assert not triton_mod.valid_config(dict(kf.config, BLOCK_M=128, BLOCK_N=64, NUM_WARPS=4))  # spills
 
 
-@pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("s", SPEC.small_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
-def test_triton_matches_reference(triton_mod, s, dtype):
-    gen = torch.Generator(device=DEVICE).manual_seed(sum(s.values()))
-    for scale in ("normal",) + SPEC.adversarial:
-        args = SPEC.make_inputs(s, dtype, DEVICE, gen, scale)
-        check(triton_mod.kernel_fn(*args), args, dtype)
+test_triton_matches_reference = K.correctness_test(backend="triton", shapes=SPEC.small_shapes + SPEC.edge_shapes,
+                                                   dtypes=CPU_DTYPES, scales=("normal",) + SPEC.adversarial,
+                                                   seed=lambda s: sum(s.values()))
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
@@ -248,7 +211,7 @@ def test_triton_compiles_for_hopper(triton_mod):
     import sys
 
     pytest.importorskip("triton.backends.nvidia")
-    c = read_kernel_file(starter_path("flash_attention", "triton")).config
+    c = K.kernel_file("triton").config
     half = (c["BLOCK_M"], c["BLOCK_N"], c["NUM_WARPS"], c["NUM_STAGES"], None)
     single = (c["FP32_BLOCK_M"], c["FP32_BLOCK_N"], c["FP32_NUM_WARPS"], c["FP32_NUM_STAGES"], c["FP32_PRECISION"])
     cases = [("bf16", True, 128, *half), ("fp16", False, 64, *half), ("fp32", True, 128, *single),
@@ -268,29 +231,32 @@ def test_triton_compiles_for_hopper(triton_mod):
 
 
 def gpu_check(mod, s, dtype, scale="normal", seed=5):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    args = SPEC.make_inputs(s, dtype, "cuda", gen, scale)
+    args = K.make(s, dtype, K.gen(seed, "cuda"), scale, "cuda")
     check(mod.kernel_fn(*args), args, dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("s", SPEC.default_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
-def test_triton_gpu_default_shapes(triton_mod, s, dtype):
-    gpu_check(triton_mod, s, dtype)
+def gpu_adversarial_and_model_layout(mod, dtype):
+    """Every adversarial scale at a causal GQA and a non-causal MHA shape; LLaMA's q/k/v as the
+    attention layer hands them over (transposed [B,S,H,D] views), causal."""
+    for scale in SPEC.adversarial:
+        gpu_check(mod, shape(2, 8, 2, 1000, 128, 1), dtype, scale)
+        gpu_check(mod, shape(2, 8, 8, 777, 64, 0), dtype, scale)
+    gen = K.gen(6, "cuda")
+    q = torch.randn(1, 2048, 32, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    k = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    v = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
+    check(mod.kernel_fn(q, k, v, True, None), (q, k, v, True, None), dtype)
+    return q, k, v
+
+
+test_triton_gpu_default_shapes = K.correctness_test(backend="triton", shapes=SPEC.default_shapes + SPEC.edge_shapes,
+                                                    seed=5, gpu=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
-    for scale in SPEC.adversarial:
-        gpu_check(triton_mod, shape(2, 8, 2, 1000, 128, 1), dtype, scale)
-        gpu_check(triton_mod, shape(2, 8, 8, 777, 64, 0), dtype, scale)
-    gen = torch.Generator(device="cuda").manual_seed(6)
-    q = torch.randn(1, 2048, 32, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    k = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    v = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    check(triton_mod.kernel_fn(q, k, v, True, None), (q, k, v, True, None), dtype)
+    gpu_adversarial_and_model_layout(triton_mod, dtype)
 
 
 @pytest.mark.gpu
@@ -310,52 +276,26 @@ def test_triton_gpu_search_space_corners(tmp_path):
 
 
 def test_cuda_starter_file_format():
-    kf = read_kernel_file(starter_path("flash_attention", "cuda"))
-    assert kf.kernel_type == "flash_attention" and kf.backend == "cuda" and kf.deterministic
-    mod = import_kernel(kf)
+    kf = K.assert_starter_file("cuda")
+    mod = load("cuda")
     assert mod.DEFINES == {k: kf.config[k] for k in ("NUM_WARPS", "BLOCK_N", "FP32_ROWS", "FP32_KEYS")}
     # Dynamic shared memory past the 48 KB static limit, opted in: what the earlier starter lacked.
     assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in mod.CUDA_SRC and "extern __shared__" in mod.CUDA_SRC
 
 
-@pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed")
-def test_cuda_source_compiles():
-    """nvcc builds every instantiation for sm_90 (tensor-core path at D 16/32/64/128 in fp16 and
-    bf16, the scalar path in all dtypes) and the host wrapper passes the compiler against torch."""
-    import autokernel.cuda.starters.flash_attention as m
-
-    compile_check(m.CUDA_SRC, m.CPP_SRC, defines=m.DEFINES, functions=m.FUNCTIONS)
-
-
-@pytest.fixture(scope="module")
-def cuda_mod(tmp_path_factory):
-    """The CUDA starter, built on first call into a temporary home's cache."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AUTOKERNEL_HOME", str(tmp_path_factory.mktemp("akhome")))
-    yield load("cuda")
-    mp.undo()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("s", SPEC.default_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
-def test_cuda_gpu_default_shapes(cuda_mod, s, dtype):
-    gpu_check(cuda_mod, s, dtype)
+# nvcc builds every instantiation for sm_90 (tensor-core path at D 16/32/64/128 in fp16 and bf16, the
+# scalar path in all dtypes) and the host wrapper passes the compiler against torch.
+test_cuda_source_compiles = K.cuda_compile_test()
+test_cuda_gpu_default_shapes = K.correctness_test(backend="cuda", shapes=SPEC.default_shapes + SPEC.edge_shapes,
+                                                  seed=5, gpu=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_cuda_gpu_adversarial_layouts_and_odd_head_dims(cuda_mod, dtype):
-    for scale in SPEC.adversarial:
-        gpu_check(cuda_mod, shape(2, 8, 2, 1000, 128, 1), dtype, scale)
-        gpu_check(cuda_mod, shape(2, 8, 8, 777, 64, 0), dtype, scale)
     for s in (shape(1, 4, 2, 99, 40, 1), shape(1, 2, 1, 70, 8, 0), shape(1, 2, 2, 65, 256, 1)):
         gpu_check(cuda_mod, s, dtype)  # head dims served by the scalar path
-    gen = torch.Generator(device="cuda").manual_seed(6)
-    q = torch.randn(1, 2048, 32, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    k = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    v = torch.randn(1, 2048, 8, 128, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    check(cuda_mod.kernel_fn(q, k, v, True, None), (q, k, v, True, None), dtype)
+    q, k, v = gpu_adversarial_and_model_layout(cuda_mod, dtype)
     check(cuda_mod.kernel_fn(q, k, v, False, 0.2), (q, k, v, False, 0.2), dtype)
 
 
@@ -427,7 +367,7 @@ def main(argv: list[str]) -> None:
     tmp = Path(tempfile.mkdtemp())
     sweep_shapes = (shape(4, 32, 32, 4096, 128, 1), shape(4, 32, 32, 2048, 128, 0), shape(8, 12, 12, 1024, 64, 1))
     refs = {SPEC.shape_label(s): _tflops(_sdpa, s, torch.bfloat16) for s in sweep_shapes}
-    kf = read_kernel_file(starter_path("flash_attention", "triton"))
+    kf = K.kernel_file("triton")
     for bm in ((64, 128) if "--sweep" in argv else ()):
         for bn in (32, 64, 128):
             for warps in (4, 8):

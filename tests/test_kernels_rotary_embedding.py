@@ -11,62 +11,31 @@ bandwidth.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from autokernel.cuda.build import compile_check, nvcc_available
-from autokernel.kernelfile import import_kernel, read_kernel_file, with_config
-from autokernel.kernels import get_spec, starter_path
 from autokernel.kernels.rotary_embedding import rope_tables
+from support.kernel_cases import ALL_DTYPES, BACKENDS, DEVICE, Kernel
 
 KERNEL = "rotary_embedding"
-SPEC = get_spec(KERNEL)
-HAS_CUDA = torch.cuda.is_available()
-DEVICE = "cuda" if HAS_CUDA else "cpu"
-ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def load_starter(backend: str, config: dict | None = None, tmp_path: Path | None = None):
-    path = starter_path(KERNEL, backend)
-    if not config:
-        return import_kernel(read_kernel_file(path))
-    target = tmp_path / f"{KERNEL}_{abs(hash(tuple(sorted(config.items()))))}.py"
-    target.write_text(with_config(path.read_text(), config))
-    return import_kernel(read_kernel_file(target))
-
-
-def check(out: torch.Tensor, args: tuple, dtype: torch.dtype) -> None:
-    x = args[0]
-    ref = SPEC.reference(*[a.double() for a in args])
-    assert out.shape == x.shape and out.dtype == dtype and out.device == x.device
-    assert not torch.isnan(out).any()
-    atol, rtol = SPEC.tolerance(dtype)
-    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
-
-
-@pytest.fixture(scope="module")
-def triton_mod():
-    return load_starter("triton")
+K = Kernel(KERNEL, out_shape=lambda args: args[0].shape)
+SPEC = K.spec
+check, load_starter = K.check, K.load
+triton_mod, cuda_mod = K.fixtures()  # shared checks: tests/support/kernel_cases.py
 
 
 def test_spec_costs_and_shapes():
     s = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}
-    assert SPEC.bytes(s, torch.bfloat16) == 2 * (2 * 4 * 32 * 4096 * 128 + 2 * 4096 * 128)
-    assert SPEC.flops(s, torch.float32) == 3 * 4 * 32 * 4096 * 128
-    labels = {SPEC.shape_label(x) for x in SPEC.default_shapes}
-    assert {"1x32x2048x128", "4x32x4096x128"} <= labels
+    K.assert_costs(s, bytes={torch.bfloat16: 2 * (2 * 4 * 32 * 4096 * 128 + 2 * 4096 * 128)},
+                   flops={torch.float32: 3 * 4 * 32 * 4096 * 128}, labels={"1x32x2048x128", "4x32x4096x128"})
     assert "CatArrayBatchedCopy" in SPEC.library_kernel_patterns and SPEC.noncontiguous_args == (0, 1, 2)
-    from autokernel.bench.launches import is_foreign
-
-    pats = SPEC.library_kernel_patterns
-    assert is_foreign("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
-                      "at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
-                      "at::native::binary_internal::MulFunctor<float> > >", pats)
-    for own in ("_rope_kernel", "void rope_kernel<__nv_bfloat16, 8>(__nv_bfloat16 const*, __nv_bfloat16 const*, "
-                "__nv_bfloat16 const*, __nv_bfloat16*, long, long, long, long, Strides)", "rope_concat_mul_neg"):
-        assert not is_foreign(own, pats), own
+    K.assert_kernel_names(
+        foreign=["void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+                 "at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+                 "at::native::binary_internal::MulFunctor<float> > >"],
+        own=("_rope_kernel", "void rope_kernel<__nv_bfloat16, 8>(__nv_bfloat16 const*, __nv_bfloat16 const*, "
+             "__nv_bfloat16 const*, __nv_bfloat16*, long, long, long, long, Strides)", "rope_concat_mul_neg"))
     assert all(sh["head_dim"] % 2 == 0 for sh in SPEC.small_shapes + SPEC.edge_shapes + SPEC.default_shapes)
 
 
@@ -103,18 +72,11 @@ def test_inputs():
 
 
 def test_starter_file_format():
-    kf = read_kernel_file(starter_path(KERNEL, "triton"))
-    assert kf.kernel_type == KERNEL and kf.backend == "triton" and kf.deterministic
-    assert {"BLOCK_S", "HEADS_PER_PROG", "NUM_WARPS"} <= set(kf.search_space)
+    K.assert_starter_file("triton", {"BLOCK_S", "HEADS_PER_PROG", "NUM_WARPS"})
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("shape", SPEC.small_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
-def test_triton_matches_reference(triton_mod, shape, dtype):
-    gen = torch.Generator(device=DEVICE).manual_seed(2)
-    for scale in ("normal",) + SPEC.adversarial:
-        args = SPEC.make_inputs(shape, dtype, DEVICE, gen, scale)
-        check(triton_mod.kernel_fn(*args), args, dtype)
+test_triton_matches_reference = K.correctness_test(backend="triton", shapes=SPEC.small_shapes + SPEC.edge_shapes,
+                                                   scales=("normal",) + SPEC.adversarial, seed=2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -134,42 +96,20 @@ def test_triton_model_layout_and_strided_tables(triton_mod, dtype):
     check(triton_mod.kernel_fn(x, c, sn), (x, c, sn), dtype)
 
 
-def test_triton_other_configs_stay_correct(tmp_path):
-    """Tiles smaller than the shape in both grid dims, and a tile bigger than it."""
-    gen = torch.Generator(device=DEVICE).manual_seed(4)
-    for cfg in ({"BLOCK_S": 4, "HEADS_PER_PROG": 2, "NUM_WARPS": 1}, {"BLOCK_S": 64, "HEADS_PER_PROG": 16}):
-        mod = load_starter("triton", cfg, tmp_path)
-        args = SPEC.make_inputs({"batch": 3, "heads": 3, "seq": 13, "head_dim": 48}, torch.float16, DEVICE, gen)
-        check(mod.kernel_fn(*args), args, torch.float16)
-
+test_triton_other_configs_stay_correct = K.other_configs_test(
+    [(cfg, [({"batch": 3, "heads": 3, "seq": 13, "head_dim": 48}, torch.float16, "normal")])
+     for cfg in ({"BLOCK_S": 4, "HEADS_PER_PROG": 2, "NUM_WARPS": 1}, {"BLOCK_S": 64, "HEADS_PER_PROG": 16})],
+    seed=4, doc="Tiles smaller than the shape in both grid dims, and a tile bigger than it.")
 
 # ---------------------------------------------------------------- CUDA starter
 
-
-@pytest.mark.skipif(not nvcc_available(), reason="nvcc not found")
-def test_cuda_starter_compiles():
-    """Both halves at the default config; the device code again at the other end of the space."""
-    mod = load_starter("cuda")
-    assert mod.KERNEL_TYPE == KERNEL and mod.BACKEND == "cuda"
-    compile_check(mod.CUDA_SRC, mod.CPP_SRC, defines=mod.DEFINES, functions=mod.FUNCTIONS)
-    other = {"BLOCK_SIZE": 64, "VEC_BYTES": 4, "HEADS_PER_THREAD": 16}
-    assert mod.valid_config(other)
-    compile_check(mod.CUDA_SRC, defines=other)
-
+# Both halves at the default config; the device code again at the other end of the space.
+test_cuda_starter_compiles = K.cuda_compile_test(other={"BLOCK_SIZE": 64, "VEC_BYTES": 4, "HEADS_PER_THREAD": 16})
 
 # ---------------------------------------------------------------- GPU: every default shape and dtype
 
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["triton", "cuda"])
-@pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("shape", SPEC.default_shapes + SPEC.edge_shapes, ids=SPEC.shape_label)
-def test_gpu_default_shapes(backend, shape, dtype):
-    mod = load_starter(backend)
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    for scale in ("normal",) + SPEC.adversarial:
-        args = SPEC.make_inputs(shape, dtype, "cuda", gen, scale)
-        check(mod.kernel_fn(*args), args, dtype)
+test_gpu_default_shapes = K.correctness_test(backend=BACKENDS, shapes=SPEC.default_shapes + SPEC.edge_shapes,
+                                             scales=("normal",) + SPEC.adversarial, seed=5, gpu=True)
 
 
 @pytest.mark.gpu
@@ -189,59 +129,8 @@ def test_gpu_model_layout(backend, dtype):
 # ---------------------------------------------------------------- GPU timing script
 
 
-def timing_report(eager, dtype: torch.dtype, sweep: dict | None) -> None:
-    """Starters vs eager and torch.compile at the default shapes, as fractions of the measured copy
-    bandwidth (read+write of a 1 GiB copy), one line each; --sweep walks Triton tunables too."""
-    import itertools
-    import tempfile
-
-    from triton.testing import do_bench
-
-    def emit(line: str) -> None:
-        print(line, flush=True)
-
-    src = torch.empty(2**28, dtype=torch.float32, device="cuda")
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), rep=200) / 1e6
-    del src, dst
-    emit(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {copy_gbps:.0f} GB/s")
-    fns = {"eager": eager, "compile": torch.compile(eager, mode="max-autotune-no-cudagraphs")}
-    for backend in ("triton", "cuda"):
-        try:
-            fns[backend] = load_starter(backend).kernel_fn
-        except Exception as exc:  # report and go on: one backend failing must not hide the other
-            emit(f"{backend} starter unavailable: {type(exc).__name__}: {str(exc)[-300:]}")
-    tmp = Path(tempfile.mkdtemp())
-    if sweep:
-        base = read_kernel_file(starter_path(KERNEL, "triton")).config
-        for values in itertools.product(*sweep.values()):
-            cfg = dict(zip(sweep, values))
-            try:
-                mod = load_starter("triton", cfg, tmp)
-                if mod.valid_config(dict(base, **cfg)):
-                    fns["triton " + ",".join(f"{k}={v}" for k, v in cfg.items())] = mod.kernel_fn
-            except Exception as exc:
-                emit(f"config {cfg} failed to load: {exc}")
-    for shape in SPEC.default_shapes:
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        args = SPEC.make_inputs(shape, dtype, "cuda", gen)
-        torch.cuda.synchronize()
-        nbytes = SPEC.bytes(shape, dtype)
-        for name, fn in fns.items():
-            try:
-                fn(*args)  # builds / autotunes outside the timed region
-                torch.cuda.synchronize()
-                ms = do_bench(lambda: fn(*args), rep=200)
-            except Exception as exc:
-                emit(f"{KERNEL} {SPEC.shape_label(shape)} {name}: failed {type(exc).__name__}: {str(exc)[-200:]}")
-                continue
-            gbps = nbytes / ms / 1e6
-            emit(f"{KERNEL} {SPEC.shape_label(shape)} {str(dtype)[6:]} {name:10s} {ms * 1e3:9.1f} us "
-                 f"{gbps:7.0f} GB/s {100 * gbps / copy_gbps:5.1f}% of copy")
-
-
 if __name__ == "__main__":
     from autokernel.kernels.rotary_embedding import reference as eager
 
     sweep = {"BLOCK_S": [8, 16, 32], "HEADS_PER_PROG": [2, 4, 8], "NUM_WARPS": [2, 4, 8]}
-    timing_report(eager, torch.bfloat16, sweep if "--sweep" in sys.argv else None)
+    K.bandwidth_report(eager, torch.bfloat16, sweep if "--sweep" in sys.argv else None)
