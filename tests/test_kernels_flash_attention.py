@@ -232,7 +232,7 @@ def test_triton_compiles_for_hopper(triton_mod):
 
 def gpu_check(mod, s, dtype, scale="normal", seed=5):
     args = K.make(s, dtype, K.gen(seed, "cuda"), scale, "cuda")
-    check(mod.kernel_fn(*args), args, dtype)
+    check(mod.kernel_fn(*args), args, dtype, scale)
 
 
 def gpu_adversarial_and_model_layout(mod, dtype):
