@@ -140,12 +140,15 @@ FALLBACK = solution("return torch.relu(x)")
 # precision downcast: its kernel runs on half-precision copies of fp32 inputs
 DOWNCAST = solution("return kernel_fn(x.half()).float()")
 # side stream: the kernel runs on another stream, nothing waits for it
+# The work goes to a side stream that the timed stream never waits for; the GPU spin (~2 ms) makes
+# it far longer than launching it, so timing only the current stream would report a few us.
 SIDE_STREAM = solution("""
 y = torch.empty_like(x)
 s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(s):
-    for _ in range(200):
-        _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    torch.cuda._sleep(4_000_000)
+    _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
 return y
 """)
 

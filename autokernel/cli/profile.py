@@ -47,6 +47,9 @@ def profile_table(result: dict[str, Any], top: int | None = None) -> Table:
     return table
 
 
+LAUNCH_BOUND_RATIO = 0.85  # kernels busy less of the forward than this: the CPU sets the pace
+
+
 def notes(result: dict[str, Any]) -> list[str]:
     lines = []
     if result["entries"] and any(e["kernel_type"] == "fused_mlp" for e in result["entries"]):
@@ -57,6 +60,10 @@ def notes(result: dict[str, Any]) -> list[str]:
     elif result["forward_ms"]:
         ratio = result["total_gpu_ms"] / result["forward_ms"]
         lines.append(f"Attributed GPU time is {100 * ratio:.1f}% of the measured forward time.")
+        if ratio < LAUNCH_BOUND_RATIO:
+            lines.append(f"The GPU is idle {100 * (1 - ratio):.0f}% of the forward pass: it is launch-bound (CPU "
+                         "overhead), so faster kernels will barely show end to end; a larger --batch/--seq "
+                         "or CUDA graphs move the bottleneck back to the kernels.")
     return lines
 
 

@@ -17,7 +17,8 @@ Tolerances: eager rounds x*cos, rotate_half(x)*sin and their sum in x's dtype; a
 computes in fp32 and rounds once is closer to the float64 reference. Either is within a couple of
 output ulps: 1e-2 (fp16) / 2e-2 (bf16) for O(1) values, 1e-4 in fp32.
 Adversarial scales on x (cos/sin are always real frequencies):
-- "large": x around 1e4 (1e3 in fp16): products stay finite, relative tolerance governs.
+- "large": x around 1e4 (1e3 in fp16): products stay finite, relative tolerance governs, except
+  where the two terms cancel: there fp32 is held to 4e-3 absolute (an ulp of the largest terms).
 - "tiny": x around 1e-6: fp16 subnormals, nothing flushed to garbage.
 - "equal": x all 0.5: every (batch, head) slice equal, catches head/batch index mix-ups.
 """
@@ -88,6 +89,10 @@ SPEC = KernelSpec(
     small_shapes=[_s(2, 3, 8, 16), _s(1, 4, 5, 32), _s(2, 2, 33, 64)],
     edge_shapes=[_s(1, 1, 1, 2), _s(1, 3, 7, 6), _s(2, 2, 5, 96), _s(3, 1, 17, 80)],
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
+    # x*cos + rotate_half(x)*sin with |x| ~ 1e4 (up to ~5e4) cancels to near 0 in places, where fp32's
+    # error is an ulp of the terms (4e-3 at 5e4), not of the result: the H200 run saw 6e-4 to 9e-4
+    # there, for both backends.
+    scale_tolerances={"large": {"float32": (4e-3, 1e-4)}},
     adversarial=("large", "tiny", "equal"),
     # Eager: neg, cat (CatArrayBatchedCopy), mul and add: TensorIterator kernels under
     # at::native:: (MulFunctor, neg_kernel_cuda, ...). Matched as substrings, so no bare "mul" or
