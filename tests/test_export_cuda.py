@@ -34,6 +34,7 @@ def test_cuda_export_writes_kernel_builder_layout(tmp_path):
     result = _export(tmp_path, "rmsnorm", build_cuda=False)
     out, py = result.out_dir, "ak_rmsnorm"
     assert result.variants == [] and not (out / "build").exists()  # sources only when not built
+    assert result.note.startswith("no built variant (") and "kernel-builder" in result.note
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert files == {"build.toml", "README.md", f"{py}_cuda/kernel.cu", "torch-ext/torch_binding.cpp",
                      "torch-ext/torch_binding.h", f"torch-ext/{py}/__init__.py", f"torch-ext/{py}/_kernel.py",
@@ -148,7 +149,7 @@ def test_cuda_export_builds_and_loads_with_kernels(tmp_path, kernel_type):
 
     result = _export(tmp_path, kernel_type)
     out, variant, py = result.out_dir, arch_variant_name(), "ak_" + kernel_type
-    assert result.variants == [variant]
+    assert result.variants == [variant] and result.note is None
     vdir = out / "build" / variant
     meta = Metadata.read_from_file(vdir / "metadata.json")
     major, minor = torch.cuda.get_device_capability()

@@ -42,6 +42,8 @@ def export_command(
     out.print(f"exported [bold]{prov.kernel_name}[/] ({prov.kernel_type}, {prov.backend}) to {result.out_dir}")
     for v in result.variants:
         out.print(f"  build/{v}")
+    if result.note:
+        err.print(result.note)
     if push:
         from autokernel.export.push import push_folder
 

@@ -32,6 +32,7 @@ class ExportResult:
     name: str
     variants: list[str]
     provenance: Provenance
+    note: str | None = None  # what the export lacks and why (a CUDA kernel this machine cannot build)
 
 
 def provenance_from_store(store, workspace, kernel: str, *, commit: str | None = None,
@@ -94,6 +95,7 @@ def export_kernel(source: str, prov: Provenance, repo_id: str, out_dir: Path, *,
             raise ExportError(f"{out} exists and is not an earlier export; choose an empty --out")
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    note = None
     if kf.backend == "triton":
         if re.search(r"^\s*(from|import)\s+autokernel\b", source, re.MULTILINE):
             raise ExportError("the kernel file imports autokernel; an exported Triton kernel must stand alone")
@@ -104,8 +106,8 @@ def export_kernel(source: str, prov: Provenance, repo_id: str, out_dir: Path, *,
     else:
         from autokernel.export.cuda import export_cuda
 
-        export_cuda(plan, out, source, build=build_cuda)
+        note = export_cuda(plan, out, source, build=build_cuda)
     spec = get_spec(kf.kernel_type)
     description = f"{spec.description} ({kf.kernel_type}, {kf.backend})."
     (out / "README.md").write_text(render_card(plan, prov, reference_source(spec), description))
-    return ExportResult(out_dir=out, name=name, variants=list(plan.variants), provenance=prov)
+    return ExportResult(out_dir=out, name=name, variants=list(plan.variants), provenance=prov, note=note)

@@ -273,10 +273,10 @@ def _compile(plan: ExportPlan, out: Path, args: dict, work: Path) -> tuple[Path,
     return lib, arch
 
 
-def export_cuda(plan: ExportPlan, out: Path, source: str, *, build: bool | None = None) -> None:
+def export_cuda(plan: ExportPlan, out: Path, source: str, *, build: bool | None = None) -> str | None:
     """Write sources, binding, package and build.toml into `out`; add the built arch variant when
-    `build` is True, or None and this machine can build (CUDA torch, nvcc, ninja). `plan.variants`
-    stays empty when nothing was built."""
+    `build` is True, or None and this machine can build (CUDA torch, nvcc, ninja). Returns why no
+    variant was built (plan.variants then stays empty), or None."""
     args = extension_args(source)
     standalone = standalone_source(source)
     cu_rel, ext = f"{plan.python_name}_cuda/kernel.cu", out / "torch-ext"
@@ -294,7 +294,7 @@ def export_cuda(plan: ExportPlan, out: Path, source: str, *, build: bool | None 
         if build:
             raise ExportError(f"cannot build the CUDA variant here: {blocker}",
                               hint="export without building; kernel-builder can build from build.toml")
-        return
+        return f"no built variant ({blocker}): sources and build.toml only, for kernel-builder to build"
     variant = arch_variant_name()
     with tempfile.TemporaryDirectory(prefix="ak_export_cuda_") as tmp:
         lib, arch = _compile(plan, out, args, Path(tmp))
