@@ -1,0 +1,221 @@
+"""The source pieces of a KernelBench starting solution: the generic elementwise Triton kernel
+(written here, for every floating-point elementwise op of a problem), the per-library helper
+functions that adapt a problem's call (bmm, linear with bias, last-dim softmax...) to a starter's
+kernel_fn, the entry functions of files without a library starter, and the starter's own source
+with its header stripped and the constants its valid_config reads inlined. solutions.py puts them
+together into one kernel file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+EW_SOURCE = '''
+# ---- generic elementwise Triton kernel (autokernel kb) -------------------------------------------
+EW_BLOCK = 1024
+EW_WARPS = 4
+
+
+@triton.jit
+def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=1.0).to(tl.float32)
+    if HAS_Y == 1:  # y of x's shape
+        y = tl.load(y_ptr + offs, mask=mask, other=1.0).to(tl.float32)
+    elif HAS_Y == 2:  # y a row along the last dim (a bias)
+        y = tl.load(y_ptr + offs % ncols, mask=mask, other=1.0).to(tl.float32)
+    else:
+        y = alpha
+    if OP == 0:  # relu
+        r = tl.maximum(x, 0.0)
+    elif OP == 1:  # gelu (erf)
+        r = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif OP == 2:  # gelu (tanh)
+        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        r = 0.5 * x * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0))
+    elif OP == 3:  # sigmoid
+        r = 1.0 / (1.0 + tl.exp(-x))
+    elif OP == 4:  # tanh
+        r = 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+    elif OP == 5:  # silu
+        r = x / (1.0 + tl.exp(-x))
+    elif OP == 6:
+        r = tl.exp(x)
+    elif OP == 7:
+        r = -x
+    elif OP == 8:
+        r = tl.abs(x)
+    elif OP == 9:
+        r = tl.rsqrt(x)
+    elif OP == 10:
+        r = x + y
+    elif OP == 11:
+        r = x - y
+    elif OP == 12:
+        r = x * y
+    elif OP == 13:
+        r = x / y
+    elif OP == 14:
+        r = y - x
+    elif OP == 15:
+        r = y / x
+    elif OP == 16:
+        r = tl.maximum(x, y)
+    elif OP == 17:
+        r = tl.minimum(x, y)
+    elif OP == 18:  # clamp(alpha, beta)
+        r = tl.minimum(tl.maximum(x, alpha), beta)
+    elif OP == 19:  # leaky_relu(alpha)
+        r = tl.where(x >= 0.0, x, x * alpha)
+    elif OP == 20:
+        r = x * x
+    elif OP == 21:
+        r = tl.sqrt(x)
+    else:
+        r = tl.log(x)
+    tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
+    """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
+    mode = 0
+    if isinstance(y, torch.Tensor):
+        shape = torch.broadcast_shapes(x.shape, y.shape)
+        dtype = torch.result_type(x, y)
+        if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
+            mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
+        else:
+            mode = 1
+            xx = x.to(dtype).expand(shape).contiguous()
+            yy = y.to(dtype).expand(shape).contiguous()
+    else:
+        shape, dtype = x.shape, x.dtype
+        xx = x.contiguous()
+        yy = xx
+    out = torch.empty(shape, device=x.device, dtype=dtype)
+    n = out.numel()
+    if n == 0:
+        return out
+    _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
+                                               float(alpha), float(beta), OP=op, HAS_Y=mode, BLOCK=EW_BLOCK,
+                                               num_warps=EW_WARPS)
+    return out
+'''
+
+EW_SPACE = {"EW_BLOCK": [256, 512, 1024, 2048, 4096], "EW_WARPS": [1, 2, 4, 8]}
+
+HELPERS = {
+    "matmul": '''
+def _kb_mm(a, b):
+    if a.dim() == 2 and b.dim() == 2:
+        return kernel_fn(a, b)
+    if a.dim() == 3 and b.dim() == 3:
+        return torch.stack([kernel_fn(a[i], b[i]) for i in range(a.shape[0])])
+    if b.dim() == 2:
+        return kernel_fn(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+    return torch.matmul(a, b)
+
+
+def _kb_linear(x, weight, bias=None):
+    y = kernel_fn(x.reshape(-1, x.shape[-1]), weight.t())
+    if bias is not None:
+        y = _kb_ew(10, y, bias)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+''',
+    "softmax": '''
+def _kb_softmax(x):
+    return kernel_fn(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+''',
+    "layernorm": '''
+def _kb_layer_norm(x, weight, bias, eps):
+    return kernel_fn(x.reshape(-1, x.shape[-1]), weight, bias, eps).reshape(x.shape)
+''',
+    "reduce": '''
+def _kb_sum_last(x, keepdim=False):
+    y = kernel_fn(x.reshape(-1, x.shape[-1]))
+    return y.reshape(*x.shape[:-1], *((1,) if keepdim else ()))
+''',
+    "cross_entropy": '''
+def _kb_cross_entropy(logits, targets):
+    return kernel_fn(logits, targets)
+''',
+}
+
+EW_ONLY_ENTRY = '''
+
+def kernel_fn(x, y=None, op=0):
+    """The file's entry function: the generic elementwise kernel."""
+    return _kb_ew(op, x, y)
+'''
+
+TORCH_ONLY_ENTRY = '''
+
+def kernel_fn(*args):
+    """No kernel of its own: this starting point runs the reference's torch ops."""
+    raise NotImplementedError("torch-only starting point")
+'''
+
+UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
+         "sqrt": 21, "log": 22}
+BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
+REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
+
+
+# -- the source pieces ---------------------------------------------------------------------------
+
+def starter_pieces(kernel_type: str) -> tuple[str, dict]:
+    """The starter's source without its KERNEL_TYPE/BACKEND/SEARCH_SPACE lines, and its space."""
+    from autokernel.kernels import starter_path
+
+    src = starter_path(kernel_type, "triton").read_text()
+    tree = ast.parse(src)
+    space, drop = {}, []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name == "SEARCH_SPACE":
+                space = ast.literal_eval(node.value)
+                drop.append((node.lineno, node.end_lineno))
+            elif name in ("KERNEL_TYPE", "BACKEND"):
+                drop.append((node.lineno, node.end_lineno))
+        elif isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
+                and isinstance(node.value.value, str) and node is tree.body[0]:
+            drop.append((node.lineno, node.end_lineno))  # the module docstring
+    lines = src.splitlines()
+    # The search proposer evaluates valid_config() alone (no module globals): module-level
+    # constants it reads (e.g. the matmul starter's SMEM_LIMIT) are inlined as literals.
+    consts = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Name,
+                                  ast.Load)) for n in ast.walk(node.value)):
+                try:  # literals and arithmetic on earlier constants (SMEM_LIMIT = 227 * 1024)
+                    consts[node.targets[0].id] = eval(compile(ast.Expression(node.value), "<const>", "eval"),
+                                                      {"__builtins__": {}}, dict(consts))
+                except Exception:
+                    pass
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "valid_config":
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in consts and n.id not in space}
+            for i in range(node.lineno - 1, node.end_lineno):
+                for name in used:
+                    if not lines[i].lstrip().startswith("#"):
+                        lines[i] = re.sub(rf"\b{re.escape(name)}\b", repr(consts[name]), lines[i])
+            # tunables left out of the file's space (fp32 problems) keep their current values
+            defaults = {k: consts[k] for k in space if k in consts}
+            indent = " " * (node.body[0].col_offset if node.body else 4)
+            lines[node.lineno - 1] += f"\n{indent}cfg = {{**{defaults!r}, **cfg}}"
+    keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
+    return "\n".join(keep), space
+
+
+def strip_docstring(src: str) -> str:
+    tree = ast.parse(src)
+    if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant):
+        lines = src.splitlines()
+        n = tree.body[0]
+        return "\n".join(lines[:n.lineno - 1] + lines[n.end_lineno:])
+    return src
