@@ -113,7 +113,6 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
                    extra_cuda_cflags: Iterable[str] = (), defines: Mapping[str, int | str] | None = None,
                    sm90a: bool = False) -> ModuleType:
     """Compile (or reuse) the extension and return the imported module. Needs CUDA and ninja."""
-    import torch
     from torch.utils import cpp_extension
 
     from autokernel.config import resolve_home

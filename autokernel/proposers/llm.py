@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 
 from autokernel.errors import KernelFileError, ProposerError
 from autokernel.kernelfile import MAX_SOURCE_BYTES, parse_source
-from autokernel.proposers.base import KernelContext, Proposal, history_config
+from autokernel.proposers.base import KernelContext, Proposal
 from autokernel.proposers.providers import CallFailed, make_provider
 
 _BLOCK = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
