@@ -5,9 +5,17 @@
 #
 # Meant to fit a 10-minute command: the loop gets HOURS (default 0.09 = 5.4 min, baselines
 # included; the first profile and extract come before it, verify after it). State lives in
-# AUTOKERNEL_HOME (default ./.autokernel-llama7b), so if the first call is cut off at the limit,
-#   RESUME=1 HOURS=0.15 bash benchmarks/loop_llama7b.sh
-# resumes the same run (HOURS is the run's total: time already spent counts) and then verifies.
+# AUTOKERNEL_HOME (default ./.autokernel-llama7b), so
+#   RESUME=1 HOURS=0.2 bash benchmarks/loop_llama7b.sh
+# resumes the latest llama-7b loop run, cut off or finished (HOURS is the run's total: time
+# already spent counts), and then verifies.
+#
+# A loop longer than one command, on machines that do not outlive a command: SAVE_STATE=1 packs
+# AUTOKERNEL_HOME into $OUT/state.tgz at the end; put that file in the repo (e.g. .state/, which
+# git ignores), carry it, and RESTORE_STATE=.state/state.tgz unpacks it before RESUME=1 resumes:
+#   call 1: SAVE_STATE=1 HOURS=0.12 bash benchmarks/loop_llama7b.sh --top 4
+#   call 2: RESTORE_STATE=.state/state.tgz RESUME=1 SAVE_STATE=1 HOURS=0.2 bash benchmarks/loop_llama7b.sh
+# Keep HOURS inside the command's limit (profile, extract and verify take ~2 min besides).
 #
 #   source .whl/prelude.sh || exit 1; bash benchmarks/loop_llama7b.sh
 set -euo pipefail
@@ -19,6 +27,16 @@ HOURS="${HOURS:-0.09}"
 PHASE="${PHASE:-all}"
 PY="${PYTHON:-python3}"
 ak() { echo "+ autokernel $*" >&2; "$PY" -m autokernel "$@"; }
+save_state() {
+  [[ "${SAVE_STATE:-0}" == 1 && -d "$AUTOKERNEL_HOME" ]] || return 0
+  tar -C "$(dirname "$AUTOKERNEL_HOME")" -czf "$OUT/state.tgz" "$(basename "$AUTOKERNEL_HOME")"
+}
+trap save_state EXIT
+trap 'exit 143' TERM  # so a `timeout` around this script still packs the state (after the child ends)
+if [[ -n "${RESTORE_STATE:-}" ]]; then
+  mkdir -p "$(dirname "$AUTOKERNEL_HOME")"
+  tar -C "$(dirname "$AUTOKERNEL_HOME")" -xzf "$RESTORE_STATE"
+fi
 
 if [[ "$PHASE" != verify ]]; then
   last_run="$("$PY" - <<'PY'
@@ -28,7 +46,7 @@ from autokernel.store import Store
 p = resolve_home()
 if p.db.exists():
     r = Store(p.db).latest_run("loop", "llama-7b")
-    print(r.id if r and r.status != "finished" else "")
+    print(r.id if r else "")
 PY
 )"
   if [[ "${RESUME:-0}" == 1 && -n "$last_run" ]]; then
