@@ -184,6 +184,28 @@ def test_half_precision_is_judged_against_an_fp32_copy_with_a_derived_tolerance(
     assert r2.failed[0].rel_error > r2.tolerance and "outputs differ" in r2.failed[0].error
 
 
+def test_without_room_for_an_fp32_copy_half_precision_falls_back_to_eager(env, monkeypatch):
+    import autokernel.verify as ver
+
+    store, ws = env
+    store.add_profile("llama-tiny", LLAMA_ENTRIES, config={**OPTS, "dtype": "bfloat16"})
+    _add_source_kernel(store, ws, "llama-tiny.rmsnorm", "rmsnorm", SCALED_RMSNORM.format(scale=1.0), 0.08)
+    monkeypatch.setattr(ver, "_fp32_copy_blocker", lambda bundle: "an fp32 copy needs ~280.0 GiB, 60.0 GiB free")
+    r = verify(store, ws, time_iters=0, record=False)
+    assert r.reference == "eager" and r.eager_error is None and r.tolerance == ver.EAGER_FALLBACK_TOLERANCE["bfloat16"]
+    assert r.ok and [v.name for v in r.plugged] == ["llama-tiny.rmsnorm"]
+    assert any(n.startswith("no fp32 reference (an fp32 copy needs ~280.0 GiB") for n in r.notes)
+
+    def oom(bundle, inputs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(ver, "_fp32_copy_blocker", lambda bundle: None)
+    monkeypatch.setattr(ver, "_float32_reference", oom)
+    r2 = verify(store, ws, time_iters=0, record=False)
+    assert r2.reference == "eager" and r2.ok
+    assert any("the fp32 copy ran out of memory (OutOfMemoryError)" in n for n in r2.notes)
+
+
 def test_a_correct_kernel_slower_than_eager_is_left_out_of_the_optimized_model(env, run_cli):
     store, ws = env
     store.add_profile("llama-tiny", LLAMA_ENTRIES, config=OPTS)
