@@ -118,6 +118,34 @@ def test_interpreter_runs_both_precisions(tmp_path, precision):
     torch.testing.assert_close(h.double(), a.half().double() @ b.half().double(), atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("layout", ["copy", "as_is"])
+def test_fp32_k_contiguous_b_layouts(tmp_path, layout, monkeypatch):
+    """FP32_B_LAYOUT: "copy" hands the kernel a row-major copy of a K-contiguous B (nn.Linear's
+    weight.t()), "as_is" the view itself; both compute the same product, 16-bit inputs untouched."""
+    path = tmp_path / f"mm_{layout}.py"
+    path.write_text(with_config(_source(), {"FP32_B_LAYOUT": layout, "FP32_BLOCK_M": 32, "FP32_BLOCK_N": 32,
+                                            "FP32_BLOCK_K": 16}))
+    mod = import_kernel(read_kernel_file(path))
+    seen = []
+    launch = mod._matmul_tile_kernel
+
+    class Spy:  # records the B strides each launch gets, then launches for real
+        def __getitem__(self, grid):
+            def run(a, b, *rest, **kw):
+                seen.append((b.dtype, tuple(b.stride())))
+                return launch[grid](a, b, *rest, **kw)
+            return run
+
+    monkeypatch.setattr(mod, "_matmul_tile_kernel", Spy())
+    gen = torch.Generator().manual_seed(7)
+    a, w = torch.randn(40, 96, generator=gen), torch.randn(72, 96, generator=gen)
+    out = mod.kernel_fn(a, w.t())
+    torch.testing.assert_close(out.double(), a.double() @ w.double().t(), atol=ATOL, rtol=RTOL)
+    mod.kernel_fn(a.half(), w.half().t())
+    row_major, k_major = (72, 1), (1, 96)
+    assert seen == [(torch.float32, row_major if layout == "copy" else k_major), (torch.float16, k_major)]
+
+
 # -- KernelBench GEMM solutions ---------------------------------------------------------------------
 
 def test_kb_gemm_solutions_expose_the_precision(home):
