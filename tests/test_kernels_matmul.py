@@ -193,3 +193,34 @@ if __name__ == "__main__":
     import sys
 
     main(sys.argv[1:])
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES if DEVICE == "cuda" else CPU_DTYPES)  # bf16 dots: GPU only
+def test_triton_bmm_runs_the_batch_in_one_launch(triton_mod, dtype):
+    """bmm (KernelBench's batched problems): every batch entry right, with K tails, a per-entry
+    transposed B and a non-contiguous A, from one launch whose grid axis 1 is the batch."""
+    gen = torch.Generator(device=DEVICE).manual_seed(11)
+    a = torch.randn(3, 70, 100, generator=gen, device=DEVICE).to(dtype)
+    bt = torch.randn(3, 90, 100, generator=gen, device=DEVICE).to(dtype)
+    a_nc = torch.randn(3, 100, 70, generator=gen, device=DEVICE).to(dtype).transpose(1, 2)
+    launches = []
+    kernel = triton_mod._matmul_tile_kernel
+
+    class Count:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return kernel[grid]
+
+    triton_mod._matmul_tile_kernel = Count()
+    try:
+        for x, y in ((a, bt.transpose(1, 2)), (a_nc, bt.transpose(1, 2).contiguous())):
+            out = triton_mod.bmm(x, y)
+            assert out.shape == (3, 70, 90) and out.dtype == dtype
+            ref = torch.bmm(x.double(), y.double())
+            atol, rtol = SPEC.tolerance(dtype)
+            torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
+    finally:
+        triton_mod._matmul_tile_kernel = kernel
+    assert [g[1] for g in launches] == [3, 3]  # the batch is the grid's second axis, one launch each
+    with pytest.raises(AssertionError, match="a\\[B,M,K\\]"):
+        triton_mod.bmm(a, bt)

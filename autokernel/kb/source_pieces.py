@@ -112,8 +112,8 @@ HELPERS = {
 def _kb_mm(a, b):
     if a.dim() == 2 and b.dim() == 2:
         return kernel_fn(a, b)
-    if a.dim() == 3 and b.dim() == 3:
-        return torch.stack([kernel_fn(a[i], b[i]) for i in range(a.shape[0])])
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return bmm(a, b)
     if b.dim() == 2:
         return kernel_fn(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     return torch.matmul(a, b)

@@ -93,9 +93,15 @@ def valid_config(cfg):
 @triton.jit
 def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                        stride_ab, stride_bb, stride_cb,
                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                         EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
+    # grid axis 1 walks the batch of a batched product (bmm); a plain product has one, strides 0
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     # Grouped ordering: consecutive programs sweep GROUP row-tiles down one column of tiles,
@@ -211,7 +217,34 @@ def kernel_fn(a, b):
             return c
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0,
+        BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
+        num_warps=warps, num_stages=stages,
+    )
+    return c
+
+
+def bmm(a, b):
+    """a[B,M,K] @ b[B,K,N] (torch.bmm) in one launch: the batch on grid axis 1, so small products
+    fill the GPU together instead of one launch each. Same tunables as kernel_fn (pointer kernel)."""
+    assert a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0] and a.shape[2] == b.shape[1], \
+        "a[B,M,K] @ b[B,K,N]"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    nb, M, K = a.shape
+    N = b.shape[2]
+    c = torch.empty((nb, M, N), device=a.device, dtype=a.dtype)
+    if nb == 0 or M == 0 or N == 0:
+        return c
+    if K == 0:
+        return c.zero_()
+    bm, bn, bk, warps, stages, precision = _config(a.dtype)
+    if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(1) == 1 and b.stride(2) != 1:
+        b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), nb)
+    _matmul_tile_kernel[grid](
+        a, b, c, M, N, K,
+        a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1), c.stride(2),
+        a.stride(0), b.stride(0), c.stride(0),
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
