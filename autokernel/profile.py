@@ -177,11 +177,15 @@ def _wrap_attention(fn: Callable, label: str, tracker: Tracker) -> Callable:
 
 
 def _wrap_rotary(fn: Callable, tracker: Tracker) -> Callable:
+    # with the `kernels` package installed, transformers wraps this function in a hub-kernel
+    # module that has no __name__
+    name = getattr(fn, "__name__", "apply_rotary_pos_emb")
+
     def wrapped(q, k, *args, **kwargs):
         shapes = [{"batch": t.shape[0], "heads": t.shape[1], "seq": t.shape[2], "head_dim": t.shape[3]}
                   for t in (q, k) if isinstance(t, torch.Tensor) and t.dim() == 4]
-        tracker.record("rotary_embedding", fn.__name__, shapes)
-        with record_function(f"{RANGE_PREFIX}rotary_embedding::{fn.__name__}"):
+        tracker.record("rotary_embedding", name, shapes)
+        with record_function(f"{RANGE_PREFIX}rotary_embedding::{name}"):
             return fn(q, k, *args, **kwargs)
     wrapped.__wrapped__ = fn
     return wrapped
