@@ -6,6 +6,7 @@ measured ceilings. Writes <out>/kernels.json and <out>/RESULTS_kernels.md, and r
 
     python benchmarks/kernels.py --out $OUT [--types softmax,matmul] [--backends triton,cuda]
     python benchmarks/kernels.py --from-json a/kernels.json [b/kernels.json]   # re-render RESULTS.md only
+    python benchmarks/kernels.py ... --kernel rmsnorm=sweep/best/rmsnorm.py     # judge another file for a type
 
 A broken starter costs its own row (crashed / timeout / incorrect), never the whole run.
 """
@@ -67,9 +68,17 @@ def prebuild_cuda(types: list[str], timeout_s: float = 480) -> dict[str, str]:
     return status
 
 
+def target_value(row: dict) -> float | None:
+    """The number a Triton starter's target is judged on (benchmarks/sweep_starters.py ranks configs by
+    it too): the bench's pct_peak, i.e. % of the type's ceiling from the weighted sums of time and
+    work over the timed shapes; for flash_attention the speed-up over SDPA. None without GPU timing."""
+    return row.get("speedup_vs_eager") if row["type"] == "flash_attention" else row.get("pct_peak")
+
+
 def run(types: list[str], backends: list[str], timeout_s: float, quick: bool, small: bool = False,
-        prebuild: bool = True, partial: Path | None = None) -> dict:
-    """partial: a file rewritten after every kernel, so a run cut off by a time limit keeps its rows."""
+        prebuild: bool = True, partial: Path | None = None, kernels: dict[str, Path] | None = None) -> dict:
+    """partial: a file rewritten after every kernel, so a run cut off by a time limit keeps its rows.
+    kernels: type -> a Triton kernel file judged instead of that type's starter (e.g. a swept config)."""
     from autokernel.bench import BenchWorker
     from autokernel.kernels import get_spec, starter_path
 
@@ -89,19 +98,21 @@ def run(types: list[str], backends: list[str], timeout_s: float, quick: bool, sm
         for t in types:
             spec = get_spec(t)
             for b in backends:
-                path = starter_path(t, b)
+                override = b == "triton" and t in (kernels or {})
+                path = kernels[t] if override else starter_path(t, b)
                 if not path.is_file():
-                    rows.append({"type": t, "backend": b, "outcome": "missing", "error": f"no starter {path}"})
+                    rows.append({"type": t, "backend": b, "outcome": "missing", "error": f"no kernel file {path}",
+                                 "path": str(path), "override": override})
                     continue
                 t0 = time.monotonic()
                 try:
-                    res = worker.judge(path, shapes=spec.small_shapes if small else spec.default_shapes,
+                    res = worker.judge(path, kernel_type=t, shapes=spec.small_shapes if small else spec.default_shapes,
                                        dtype="float32" if small else "bfloat16", quick=quick,
                                        timeout_s=timeout_s, ceilings=ceilings)
                     row = {"type": t, "backend": b, **res.to_dict()}
                 except Exception as exc:  # the bench itself failed for this kernel: record, go on
                     row = {"type": t, "backend": b, "outcome": "bench_error", "error": str(exc)[-2000:]}
-                row["wall_s"] = time.monotonic() - t0
+                row.update(wall_s=time.monotonic() - t0, path=str(path), override=override)
                 print(f"{t:18s} {b:7s} {row['outcome']:13s} {row['wall_s']:6.1f} s "
                       f"{row.get('latency_us') or 0:10.1f} us  {row.get('pct_peak') or 0:5.1f}%", flush=True)
                 rows.append(row)
@@ -165,18 +176,21 @@ def render(data: dict) -> str:
         if r["backend"] != "triton" or r.get("outcome") != "correct":
             continue
         if r["type"] == "flash_attention":
-            v = r.get("speedup_vs_eager")
+            v = target_value(r)
             if v is None:
                 lines.append("- flash_attention: no GPU timing")
                 continue
             lines.append(f"- flash_attention: {_f(v, '.2f')}x of SDPA: {'met' if v and v >= 0.6 else 'NOT met'}")
         elif r["type"] in TARGETS:
-            v = r.get("pct_peak")
+            v = target_value(r)
             if v is None:
                 lines.append(f"- {r['type']}: no GPU timing")
                 continue
             lines.append(f"- {r['type']}: {_f(v, '.1f')}% (weighted over shapes): "
                          f"{'met' if v and v >= TARGETS[r['type']] else 'NOT met'}")
+    # A row judged with --kernel is not the starter: say which file it was.
+    lines += [f"- {r['type']} ({r['backend']}) judged {r['path']}, not the starter" for r in data["rows"]
+              if r.get("override")]
     return "\n".join(lines) + "\n"
 
 
@@ -201,6 +215,8 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="every dtype in the shape sweep (slower)")
     ap.add_argument("--small", action="store_true", help="the spec's small shapes in fp32 (a CPU smoke run)")
     ap.add_argument("--no-prebuild", action="store_true", help="do not compile the CUDA starters in parallel first")
+    ap.add_argument("--kernel", action="append", default=[], metavar="TYPE=PATH",
+                    help="judge PATH instead of TYPE's Triton starter (repeatable)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     ap.add_argument("--from-json", type=Path, nargs="+",
                     help="only re-render RESULTS.md from kernels.json file(s) (several: rows merged, e.g. "
@@ -213,11 +229,17 @@ def main() -> int:
         types = [t for t in args.types.split(",") if t]
         backends = [b for b in args.backends.split(",") if b]
         bad = [t for t in types if t not in KERNEL_TYPES] + [b for b in backends if b not in BACKENDS]
+        kernels = {}
+        for item in args.kernel:
+            t, sep, path = item.partition("=")
+            if not sep or t not in KERNEL_TYPES or not Path(path).is_file():
+                ap.error(f"--kernel {item}: want TYPE=PATH with a known type and an existing file")
+            kernels[t] = Path(path).resolve()
         if bad:
             ap.error(f"unknown: {', '.join(bad)}")
         args.out.mkdir(parents=True, exist_ok=True)
         data = run(types, backends, args.timeout, quick=not args.full, small=args.small,
-                   prebuild=not args.no_prebuild, partial=args.out / "kernels.json")
+                   prebuild=not args.no_prebuild, partial=args.out / "kernels.json", kernels=kernels)
         (args.out / "kernels.json").write_text(json.dumps(data, indent=1, default=str))
     section = render(data)
     if not args.from_json:
