@@ -16,8 +16,8 @@ import triton.language as tl
 KERNEL_TYPE = "reduce"
 BACKEND = "triton"
 
-BLOCK_C = 4096  # columns per chunk (the longest a row tile gets)
-TILE = 8192  # elements per [rows, cols] tile: short rows are packed up to this
+BLOCK_C = 2048  # columns per chunk (the longest a row tile gets; H200 sweep: 2048 > 4096)
+TILE = 2048  # elements per [rows, cols] tile: short rows are packed up to this (H200 sweep)
 NUM_WARPS = 8
 NUM_STAGES = 3  # software pipelining of the chunk loads of long rows
 MIN_PROGRAMS = 1024  # below this many row-programs, long rows are split into segments

@@ -16,9 +16,9 @@ KERNEL_TYPE = "rmsnorm"
 BACKEND = "triton"
 
 MAX_FUSED_COLS = 16384  # longest row kept in registers (single read)
-ELEMS_PER_THREAD = 8  # fp32 register values per thread in the fused path; sets num_warps
+ELEMS_PER_THREAD = 4  # fp32 register values per thread in the fused path; sets num_warps (H200 sweep: 4 > 8)
 MAX_WARPS = 16
-TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
+TILE_ELEMS = 16384  # minimum elements per program for short rows (rows are packed; H200 sweep: 16384 > 4096)
 LOOP_BLOCK = 4096  # chunk of the long-row path
 LOOP_WARPS = 8
 
