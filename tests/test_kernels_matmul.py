@@ -224,3 +224,76 @@ def test_triton_bmm_runs_the_batch_in_one_launch(triton_mod, dtype):
     assert [g[1] for g in launches] == [3, 3]  # the batch is the grid's second axis, one launch each
     with pytest.raises(AssertionError, match="a\\[B,M,K\\]"):
         triton_mod.bmm(a, bt)
+
+
+# -- awkward shapes: matrix-vector, few tiles with a long K, unaligned rows ------------------------------
+
+def _spy_launches(mod, monkeypatch):
+    """Records (kernel name, grid) of every launch of the starter's kernels, then launches for real."""
+    seen = []
+    for name in ("_matmul_tile_kernel", "_gemv_kernel", "_sum_splits_kernel"):
+        real = getattr(mod, name)
+
+        class Spy:
+            def __init__(self, name, real):
+                self.name, self.real = name, real
+
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    seen.append((self.name, tuple(grid), args))
+                    return self.real[grid](*args, **kw)
+                return run
+
+        monkeypatch.setattr(mod, name, Spy(name, real))
+    return seen
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_triton_matrix_vector_takes_the_gemv_path(tmp_path, monkeypatch, dtype):
+    mod = K.load("triton", {"GEMV_BLOCK_M": 4, "GEMV_BLOCK_K": 128, "SPLIT_K_MIN_CHUNK": 512}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(31)
+    a = torch.randn(37, 3000, generator=gen, device=DEVICE).to(dtype)
+    for b in (torch.randn(3000, 1, generator=gen, device=DEVICE).to(dtype),
+              torch.randn(1, 3000, generator=gen, device=DEVICE).to(dtype).t()):
+        check(mod.kernel_fn(a, b), (a, b), dtype)
+    names = [s[0] for s in seen]
+    assert names == ["_gemv_kernel", "_sum_splits_kernel"] * 2
+    grid = seen[0][1]
+    assert grid[0] == 10 and grid[1] == 5  # 37 rows / 4 per program; K split to fill SPLIT_K_PROGRAMS
+
+
+@pytest.mark.parametrize("split", ["auto", "off"])
+def test_triton_split_k_for_few_tiles_and_a_long_k(tmp_path, monkeypatch, split):
+    mod = K.load("triton", {"SPLIT_K": split, "SPLIT_K_MIN_CHUNK": 1024, "FP32_BLOCK_M": 32, "FP32_BLOCK_N": 32,
+                            "FP32_BLOCK_K": 16, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(32)
+    for dtype in CPU_DTYPES:
+        a, b = K.make({"M": 40, "N": 50, "K": 5000}, dtype, gen)  # 4 tiles, K tail of 5000 % 1024
+        check(mod.kernel_fn(a, b), (a, b), dtype)
+    tile_grids = [g for name, g, _ in seen if name == "_matmul_tile_kernel"]
+    if split == "auto":
+        assert all(g[2] == 4 for g in tile_grids)  # min(264 / tiles, 5000 // 1024) splits
+        assert [n for n, _, _ in seen].count("_sum_splits_kernel") == len(CPU_DTYPES)
+    else:
+        assert all(len(g) == 1 for g in tile_grids)
+        assert all(n == "_matmul_tile_kernel" for n, _, _ in seen)
+
+
+@pytest.mark.parametrize("pad", ["pad", "as_is"])
+def test_triton_unaligned_rows_are_padded(tmp_path, monkeypatch, pad):
+    """K = 101: rows of A (and of B.T) start at addresses Triton cannot prove 16-byte aligned; "pad"
+    hands the kernel copies whose row strides are multiples of 16, "as_is" the tensors themselves."""
+    mod = K.load("triton", {"PAD_UNALIGNED": pad, "SPLIT_K": "off"}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(33)
+    for dtype in CPU_DTYPES:
+        a, b = K.make({"M": 70, "N": 77, "K": 101}, dtype, gen)
+        check(mod.kernel_fn(a, b), (a, b), dtype)
+    strides = [(args[0].stride(0), args[1].stride()) for name, _, args in seen]
+    if pad == "pad":
+        assert all(sa == 112 for sa, _ in strides)
+        assert all(max(sb) % 16 == 0 and min(sb) == 1 for _, sb in strides)
+    else:
+        assert all(sa == 101 for sa, _ in strides)

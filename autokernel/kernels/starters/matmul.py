@@ -19,6 +19,17 @@ FP32_B_LAYOUT: the FMA path reads a K-contiguous B (a weight's .t(), what nn.Lin
 0.31x with the same kernel on B.T, 0.29x on every nn.Linear problem). "copy" makes such a B
 row-major first: one read and write of B, ~2% of the GEMM at those sizes; "as_is" reads it in place.
 
+Shapes a plain tiling serves badly (KernelBench level 1 on the H200: 0.05x eager at K = 524288,
+0.24x at 8205x2949x5921, a matrix-vector product wrong-footed):
+- N == 1 (matrix-vector): a GEMV kernel, BM rows x GEMV_BLOCK_K columns per step, no wasted
+  tile columns, its K range split so that the grid fills the GPU; fp32 partials summed in order.
+- few output tiles and a long K (SPLIT_K "auto"): the K range split over grid axis 2 so that at
+  least SPLIT_K_PROGRAMS programs run, each split at least SPLIT_K_MIN_CHUNK long; fp32 partials
+  [S, M, N] summed in a fixed order (deterministic).
+- row strides that are not a multiple of 16 elements (PAD_UNALIGNED "pad"): Triton cannot prove
+  the rows 16-byte aligned and loads one element at a time; the operand is copied once into a
+  buffer with a padded row stride (one read and write of it, small next to the product).
+
 VARIANT "tma" (16-bit only) loads tiles through tensor descriptors (tl.make_tensor_descriptor:
 TMA on Hopper, out-of-bounds zero fill, no masks) when the operands qualify (unit inner stride,
 16-byte aligned base and row strides); otherwise it falls back to the pointer kernel.
@@ -49,6 +60,15 @@ FP32_NUM_STAGES = 3
 FP32_PRECISION = "ieee"
 FP32_B_LAYOUT = "copy"
 
+# awkward shapes (see the module docstring)
+SPLIT_K = "auto"
+SPLIT_K_PROGRAMS = 264  # two per SM on the H200's 132
+SPLIT_K_MIN_CHUNK = 2048  # K elements per split at least: partials stay small next to the product
+GEMV_BLOCK_M = 8
+GEMV_BLOCK_K = 512
+GEMV_WARPS = 4
+PAD_UNALIGNED = "pad"
+
 SEARCH_SPACE = {
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [64, 128, 256],
@@ -66,9 +86,16 @@ SEARCH_SPACE = {
     "FP32_NUM_STAGES": [2, 3, 4],
     "FP32_PRECISION": ["ieee", "tf32x3"],
     "FP32_B_LAYOUT": ["copy", "as_is"],
+    "SPLIT_K": ["auto", "off"],
+    "SPLIT_K_PROGRAMS": [132, 264, 528],
+    "SPLIT_K_MIN_CHUNK": [512, 1024, 2048, 4096, 8192],
+    "GEMV_BLOCK_M": [1, 2, 4, 8, 16, 32],
+    "GEMV_BLOCK_K": [128, 256, 512, 1024, 2048],
+    "GEMV_WARPS": [1, 2, 4, 8],
+    "PAD_UNALIGNED": ["pad", "as_is"],
 }
 
-DETERMINISTIC = True  # each output tile is reduced by one program in a fixed K order
+DETERMINISTIC = True  # each output tile is reduced in a fixed K order (split-K partials summed in order)
 
 SMEM_LIMIT = 227 * 1024  # H100/H200 opt-in shared memory per block
 
@@ -93,7 +120,7 @@ def valid_config(cfg):
 @triton.jit
 def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                        stride_ab, stride_bb, stride_cb,
+                        stride_ab, stride_bb, stride_cb, K_SPLIT, stride_cs,
                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                         EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
@@ -102,6 +129,13 @@ def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
+    # grid axis 2 walks the K splits (split-K): split s sums K range [s * K_SPLIT, (s+1) * K_SPLIT)
+    # into its own fp32 partial plane; without split-K there is one, K_SPLIT = K
+    split = tl.program_id(2).to(tl.int64)
+    a_ptr += split * K_SPLIT * stride_ak
+    b_ptr += split * K_SPLIT * stride_bk
+    c_ptr += split * stride_cs
+    K = tl.minimum(K - split * K_SPLIT, K_SPLIT).to(tl.int32)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     # Grouped ordering: consecutive programs sweep GROUP row-tiles down one column of tiles,
@@ -171,6 +205,77 @@ def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b_outer, 
     c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
 
 
+@triton.jit
+def _gemv_kernel(a_ptr, x_ptr, part_ptr, M, K, K_SPLIT, stride_am, stride_ak, stride_xk,
+                 BM: tl.constexpr, BK: tl.constexpr):
+    """part[s, m] = sum over split s's K range of a[m, k] * x[k] (fp32)."""
+    pid_m = tl.program_id(0)
+    split = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rk = tl.arange(0, BK)
+    k0 = split.to(tl.int64) * K_SPLIT
+    k_end = tl.minimum(k0 + K_SPLIT, K)
+    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + (k0 + rk[None, :]) * stride_ak
+    x_ptrs = x_ptr + (k0 + rk) * stride_xk
+    acc = tl.zeros((BM, BK), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_end - k0, BK)):
+        kmask = (k0 + k * BK + rk) < k_end
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & kmask[None, :], other=0.0)
+        x = tl.load(x_ptrs, mask=kmask, other=0.0)
+        acc += a.to(tl.float32) * x.to(tl.float32)[None, :]
+        a_ptrs += BK * stride_ak
+        x_ptrs += BK * stride_xk
+    tl.store(part_ptr + split.to(tl.int64) * M + rm, tl.sum(acc, axis=1), mask=rm < M)
+
+
+@triton.jit
+def _sum_splits_kernel(part_ptr, c_ptr, S, MN, N, stride_cm, stride_cn, BLOCK: tl.constexpr):
+    """c[m, n] = sum over s of part[s, m, n], in split order (deterministic)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, S):
+        acc += tl.load(part_ptr + s * MN + offs, mask=mask, other=0.0)
+    tl.store(c_ptr + (offs // N) * stride_cm + (offs % N) * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def _splits(programs, K, chunk_min):
+    """How many K splits give the grid SPLIT_K_PROGRAMS programs, each split >= chunk_min long."""
+    if SPLIT_K != "auto" or programs >= SPLIT_K_PROGRAMS:
+        return 1
+    return max(1, min(triton.cdiv(SPLIT_K_PROGRAMS, programs), K // max(1, chunk_min)))
+
+
+def _aligned(t, inner_dim):
+    """A copy of t whose rows (along inner_dim) start 16-element aligned, when t's do not."""
+    outer = 1 - inner_dim
+    if PAD_UNALIGNED != "pad" or t.stride(inner_dim) != 1 or t.stride(outer) % 16 == 0 or t.shape[outer] <= 1:
+        return t
+    inner = t.shape[inner_dim]
+    padded = triton.cdiv(inner, 16) * 16
+    if inner_dim == 1:
+        buf = torch.empty((t.shape[0], padded), device=t.device, dtype=t.dtype)[:, :inner]
+    else:
+        buf = torch.empty((t.shape[1], padded), device=t.device, dtype=t.dtype)[:, :inner].t()
+    buf.copy_(t)
+    return buf
+
+
+def _gemv(a, b, c):
+    """c[M, 1] = a[M, K] @ b[K, 1]."""
+    M, K = a.shape
+    bm, bk = GEMV_BLOCK_M, GEMV_BLOCK_K
+    programs = triton.cdiv(M, bm)
+    splits = _splits(programs, K, max(bk, SPLIT_K_MIN_CHUNK))
+    k_split = triton.cdiv(triton.cdiv(K, splits), bk) * bk
+    splits = triton.cdiv(K, k_split)
+    part = torch.empty((splits, M), device=a.device, dtype=torch.float32)
+    _gemv_kernel[(programs, splits)](a, b, part, M, K, k_split, a.stride(0), a.stride(1), b.stride(0),
+                                     BM=bm, BK=bk, num_warps=GEMV_WARPS)
+    _sum_splits_kernel[(triton.cdiv(M, 1024),)](part, c, splits, M, 1, c.stride(0), c.stride(1), BLOCK=1024)
+    return c
+
+
 def _tma_ok(t, inner_dim):
     """TMA needs a unit inner stride, a 16-byte aligned base and 16-byte aligned outer strides."""
     outer = 1 - inner_dim
@@ -201,10 +306,30 @@ def kernel_fn(a, b):
         return c
     if K == 0:
         return c.zero_()
+    if N == 1:
+        return _gemv(a, b, c)
     bm, bn, bk, warps, stages, precision = _config(a.dtype)
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(0) == 1 and b.stride(1) != 1:
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    a = _aligned(a, 1)
+    b = _aligned(b, 0 if b.stride(0) == 1 and b.stride(1) != 1 else 1)
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    splits = _splits(tiles, K, SPLIT_K_MIN_CHUNK)
+    if splits > 1:
+        k_split = triton.cdiv(triton.cdiv(K, splits), bk) * bk
+        splits = triton.cdiv(K, k_split)
+    if splits > 1:
+        part = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
+        _matmul_tile_kernel[(tiles, 1, splits)](
+            a, b, part, M, N, K,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1, 0, 0, 0, k_split, M * N,
+            BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
+            num_warps=warps, num_stages=stages,
+        )
+        _sum_splits_kernel[(triton.cdiv(M * N, 1024),)](part, c, splits, M * N, N, c.stride(0), c.stride(1),
+                                                        BLOCK=1024)
+        return c
+    grid = (tiles,)
     if VARIANT == "tma" and a.dtype != torch.float32:
         b_kmajor = b.stride(0) == 1 and b.stride(1) != 1
         if _tma_ok(a, 1) and _tma_ok(c, 1) and (_tma_ok(b.t(), 1) if b_kmajor else _tma_ok(b, 1)):
@@ -217,7 +342,7 @@ def kernel_fn(a, b):
             return c
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, K, 0,
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
@@ -244,7 +369,7 @@ def bmm(a, b):
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
         a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1), c.stride(2),
-        a.stride(0), b.stride(0), c.stride(0),
+        a.stride(0), b.stride(0), c.stride(0), K, 0,
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
