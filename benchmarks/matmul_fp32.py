@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 from autokernel.kernelfile import import_kernel, read_kernel_file  # noqa: E402
 from autokernel.kernels import starter_path  # noqa: E402
 
