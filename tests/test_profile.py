@@ -47,7 +47,7 @@ def test_llama_shapes_and_calls_match_the_config(llama):
     # the MLP's GEMMs are part of fused_mlp, visible as its gemm_ms and in the incl-MLP matmul view
     assert 0 < mlp["gemm_ms"] <= mlp["gpu_ms"]
     assert r.matmul_share_incl_mlp() == pytest.approx(
-        r.entry("matmul")["share"] + mlp["gemm_ms"] / r.total_gpu_ms, rel=1e-6)
+        r.entry("matmul")["share"] + mlp["gemm_ms"] / r.total_gpu_ms, rel=1e-4)  # ms are rounded
     att = r.entry("flash_attention")
     assert att["calls"] == L and att["label"] == "attention (sdpa)"
     assert att["shapes"] == [{"batch": 2, "heads": nh, "kv_heads": nkv, "seq": 16, "head_dim": hd, "causal": 1}]
