@@ -239,11 +239,14 @@ def _sum_splits_kernel(part_ptr, c_ptr, S, MN, N, stride_cm, stride_cn, BLOCK: t
     tl.store(c_ptr + (offs // N) * stride_cm + (offs % N) * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def _splits(programs, K, chunk_min):
-    """How many K splits give the grid SPLIT_K_PROGRAMS programs, each split >= chunk_min long."""
+def _splits(programs, K, bk, chunk_min):
+    """(splits, K per split): enough K splits for the grid to reach SPLIT_K_PROGRAMS programs, each
+    split >= chunk_min long and a multiple of bk; (1, K) when no split is wanted."""
     if SPLIT_K != "auto" or programs >= SPLIT_K_PROGRAMS:
-        return 1
-    return max(1, min(triton.cdiv(SPLIT_K_PROGRAMS, programs), K // max(1, chunk_min)))
+        return 1, K
+    want = max(1, min(triton.cdiv(SPLIT_K_PROGRAMS, programs), K // max(1, chunk_min)))
+    k_split = triton.cdiv(triton.cdiv(K, want), bk) * bk
+    return triton.cdiv(K, k_split), k_split
 
 
 def _aligned(t, inner_dim):
@@ -266,9 +269,7 @@ def _gemv(a, b, c):
     M, K = a.shape
     bm, bk = GEMV_BLOCK_M, GEMV_BLOCK_K
     programs = triton.cdiv(M, bm)
-    splits = _splits(programs, K, max(bk, SPLIT_K_MIN_CHUNK))
-    k_split = triton.cdiv(triton.cdiv(K, splits), bk) * bk
-    splits = triton.cdiv(K, k_split)
+    splits, k_split = _splits(programs, K, bk, max(bk, SPLIT_K_MIN_CHUNK))
     part = torch.empty((splits, M), device=a.device, dtype=torch.float32)
     _gemv_kernel[(programs, splits)](a, b, part, M, K, k_split, a.stride(0), a.stride(1), b.stride(0),
                                      BM=bm, BK=bk, num_warps=GEMV_WARPS)
@@ -314,10 +315,7 @@ def kernel_fn(a, b):
     a = _aligned(a, 1)
     b = _aligned(b, 0 if b.stride(0) == 1 and b.stride(1) != 1 else 1)
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    splits = _splits(tiles, K, SPLIT_K_MIN_CHUNK)
-    if splits > 1:
-        k_split = triton.cdiv(triton.cdiv(K, splits), bk) * bk
-        splits = triton.cdiv(K, k_split)
+    splits, k_split = _splits(tiles, K, bk, SPLIT_K_MIN_CHUNK)
     if splits > 1:
         part = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
         _matmul_tile_kernel[(tiles, 1, splits)](
