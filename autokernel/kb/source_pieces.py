@@ -163,6 +163,33 @@ UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "ne
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
 REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
 
+# each op of _kb_ew_kernel as one expression, for the generated fused kernels
+OP_EXPR = {
+    0: "tl.maximum({x}, 0.0)",
+    1: "0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))",
+    2: "0.5 * {x} * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * (0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))) - 1.0))",
+    3: "1.0 / (1.0 + tl.exp(-{x}))",
+    4: "2.0 / (1.0 + tl.exp(-2.0 * {x})) - 1.0",
+    5: "{x} / (1.0 + tl.exp(-{x}))",
+    6: "tl.exp({x})",
+    7: "-{x}",
+    8: "tl.abs({x})",
+    9: "tl.rsqrt({x})",
+    10: "{x} + {y}",
+    11: "{x} - {y}",
+    12: "{x} * {y}",
+    13: "{x} / {y}",
+    14: "{y} - {x}",
+    15: "{y} / {x}",
+    16: "tl.maximum({x}, {y})",
+    17: "tl.minimum({x}, {y})",
+    18: "tl.minimum(tl.maximum({x}, {a}), {b})",
+    19: "tl.where({x} >= 0.0, {x}, {x} * {a})",
+    20: "{x} * {x}",
+    21: "tl.sqrt({x})",
+    22: "tl.log({x})",
+}
+
 
 # -- the source pieces ---------------------------------------------------------------------------
 

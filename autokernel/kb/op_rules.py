@@ -1,0 +1,204 @@
+"""Which traced op becomes which kernel call: the rules that map a torch.fx node (a module call,
+a function or a method) to the expression that replaces it in ModelNew's forward: a library
+starter's helper for the problem's main op, or the generic elementwise kernel `_kb_ew`. A rule
+returns None when the call has arguments it does not cover; the op then stays a torch op.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from autokernel.kb.source_pieces import BINARY, REVERSED, UNARY
+
+
+def _is_float_tensor(a) -> bool:
+    from torch import fx
+
+    if not isinstance(a, fx.Node):
+        return False
+    tm = a.meta.get("tensor_meta")
+    return tm is not None and hasattr(tm, "dtype") and tm.dtype.is_floating_point
+
+
+def _ndim(a) -> int | None:
+    tm = getattr(a, "meta", {}).get("tensor_meta")
+    return len(tm.shape) if tm is not None and hasattr(tm, "shape") else None
+
+
+def _is_number(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _fn_name(target) -> str | None:
+    """A short name for a call_function target: 'relu', 'add', 'matmul', ..."""
+    import torch
+    import torch.nn.functional as F
+
+    if target in (operator.add, operator.sub, operator.mul, operator.truediv, operator.matmul, operator.neg,
+                  operator.pow):
+        return target.__name__
+    for mod in (torch, F, torch.special):
+        for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
+                     "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
+                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6"):
+            if getattr(mod, name, None) is target:
+                return name
+    return None
+
+
+def _last(x) -> int | None:
+    n = _ndim(x)
+    return None if n is None else n - 1
+
+
+def main_op(gm) -> str | None:
+    import torch.nn as nn
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            m = gm.get_submodule(node.target)
+            if isinstance(m, nn.Linear):
+                found.append("matmul")
+            elif isinstance(m, nn.LayerNorm):
+                found.append("layernorm")
+            elif isinstance(m, nn.Softmax):
+                found.append("softmax")
+        elif node.op in ("call_function", "call_method"):
+            name = _fn_name(node.target) if node.op == "call_function" else node.target
+            found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
+                          "softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
+                          "cross_entropy": "cross_entropy"}.get(name))
+    found = [f for f in found if f]
+    if "matmul" in found:
+        return "matmul"
+    return found[0] if found else None
+
+
+class OpRules:
+    """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
+    (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
+    beta) for an elementwise replacement, which fusion reads."""
+
+    def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
+        if not _is_float_tensor(x):
+            return None
+        self.last_ew = (op, x, None, float(alpha), float(beta))
+        extra = f", None, {float(alpha)!r}, {float(beta)!r}" if (alpha or beta) else ""
+        return f"_kb_ew({op}, {self.fmt(x)}{extra})"
+
+    def ew_binary(self, op: int, a, b) -> str | None:
+        if _is_float_tensor(a) and _is_float_tensor(b):
+            self.last_ew = (op, a, b, 0.0, 0.0)
+            return f"_kb_ew({op}, {self.fmt(a)}, {self.fmt(b)})"
+        if _is_float_tensor(a) and _is_number(b):
+            self.last_ew = (op, a, None, float(b), 0.0)
+            return f"_kb_ew({op}, {self.fmt(a)}, None, {float(b)!r})"
+        if _is_number(a) and _is_float_tensor(b):
+            self.last_ew = (REVERSED[op], b, None, float(a), 0.0)
+            return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, {float(a)!r})"
+        return None
+
+    def replacement(self, node) -> str | None:
+        import torch.nn as nn
+
+        args, kw = list(node.args), dict(node.kwargs)
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            ref = f"self.get_submodule({node.target!r})"
+            if isinstance(mod, nn.Linear) and self.main == "matmul" and _is_float_tensor(args[0]):
+                return f"_kb_linear({self.fmt(args[0])}, {ref}.weight, {ref}.bias)"
+            if isinstance(mod, nn.LayerNorm) and self.main == "layernorm" and _is_float_tensor(args[0]) \
+                    and len(mod.normalized_shape) == 1 and mod.elementwise_affine and mod.bias is not None:
+                return f"_kb_layer_norm({self.fmt(args[0])}, {ref}.weight, {ref}.bias, {ref}.eps)"
+            if isinstance(mod, nn.Softmax) and self.main == "softmax" and mod.dim in (-1, _last(args[0])):
+                return f"_kb_softmax({self.fmt(args[0])})"
+            unary = {nn.ReLU: 0, nn.Sigmoid: 3, nn.Tanh: 4, nn.SiLU: 5}
+            for cls, op in unary.items():
+                if type(mod) is cls:
+                    return self.ew_unary(op, args[0])
+            if type(mod) is nn.GELU:
+                return self.ew_unary(2 if mod.approximate == "tanh" else 1, args[0])
+            if type(mod) is nn.LeakyReLU and not mod.inplace:
+                return self.ew_unary(19, args[0], float(mod.negative_slope))
+            if type(mod) in (nn.Hardtanh, nn.ReLU6) and not mod.inplace:
+                return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
+            return None
+        if node.op == "call_method":
+            name = node.target
+            if not args:
+                return None
+            x = args[0]
+            rest, kw2 = args[1:], kw
+        elif node.op == "call_function":
+            name = _fn_name(node.target)
+            if name is None:
+                return None
+            x = args[0] if args else kw.get("input")
+            rest, kw2 = args[1:], {k: v for k, v in kw.items() if k != "input"}
+        else:
+            return None
+        if name in ("gelu",):
+            approx = kw2.get("approximate", "none")
+            if rest or set(kw2) - {"approximate"}:
+                return None
+            return self.ew_unary(2 if approx == "tanh" else 1, x)
+        if name in UNARY and name != "gelu":
+            if rest or kw2:
+                return None
+            return self.ew_unary(UNARY[name], x)
+        if name in ("pow",) and rest == [2] and not kw2 or name == "square" and not rest and not kw2:
+            return self.ew_unary(20, x)
+        if name == "leaky_relu":
+            allk = dict(zip(("negative_slope", "inplace"), rest), **kw2)
+            if set(allk) <= {"negative_slope", "inplace"} and not allk.get("inplace") \
+                    and _is_number(allk.get("negative_slope", 0.01)):
+                return self.ew_unary(19, x, float(allk.get("negative_slope", 0.01)))
+            return None
+        if name in ("hardtanh", "clamp", "relu6"):
+            keys = ("min_val", "max_val", "inplace") if name == "hardtanh" else ("min", "max")
+            allk = dict(zip(keys, rest), **kw2)
+            lo = allk.get(keys[0], -1.0 if name == "hardtanh" else None)
+            hi = allk.get(keys[1], 1.0 if name == "hardtanh" else None)
+            if name == "relu6":
+                lo, hi = 0.0, 6.0
+                allk.pop("inplace", None)
+            if set(allk) <= set(keys) and not allk.get("inplace") and _is_number(lo) and _is_number(hi):
+                return self.ew_unary(18, x, float(lo), float(hi))
+            return None
+        if name in BINARY and len(rest) == 1 and not kw2:
+            return self.ew_binary(BINARY[name], x, rest[0])
+        if self.main == "matmul" and name in ("matmul", "mm", "bmm") and len(rest) == 1 and not kw2:
+            a, b = x, rest[0]
+            if _is_float_tensor(a) and _is_float_tensor(b) and (_ndim(b) == 2 or _ndim(a) == _ndim(b) == 3):
+                return f"_kb_mm({self.fmt(a)}, {self.fmt(b)})"
+        if self.main == "matmul" and name == "linear" and _is_float_tensor(x):
+            w = rest[0] if rest else kw2.get("weight")
+            b = rest[1] if len(rest) > 1 else kw2.get("bias")
+            return f"_kb_linear({self.fmt(x)}, {self.fmt(w)}, {self.fmt(b)})"
+        if self.main == "softmax" and name == "softmax" and _is_float_tensor(x):
+            dim = rest[0] if rest else kw2.get("dim")
+            if dim in (-1, _last(x)) and set(kw2) <= {"dim"} and len(rest) <= 1:
+                return f"_kb_softmax({self.fmt(x)})"
+        if self.main == "layernorm" and name == "layer_norm" and _is_float_tensor(x):
+            allk = dict(zip(("normalized_shape", "weight", "bias", "eps"), rest), **kw2)
+            ns = allk.get("normalized_shape")
+            if allk.get("weight") is not None and allk.get("bias") is not None and isinstance(ns, (list, tuple)) \
+                    and len(ns) == 1:
+                return (f"_kb_layer_norm({self.fmt(x)}, {self.fmt(allk['weight'])}, {self.fmt(allk['bias'])}, "
+                        f"{self.fmt(allk.get('eps', 1e-5))})")
+        if self.main == "reduce" and name == "sum" and _is_float_tensor(x):
+            allk = dict(zip(("dim", "keepdim"), rest), **kw2)
+            dim = allk.get("dim")
+            if isinstance(dim, (list, tuple)) and len(dim) == 1:
+                dim = dim[0]
+            if dim in (-1, _last(x)) and set(allk) <= {"dim", "keepdim"} and (_ndim(x) or 0) >= 2:
+                return f"_kb_sum_last({self.fmt(x)}, keepdim={bool(allk.get('keepdim', False))})"
+        ce_defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None,
+                       "reduction": "mean", "label_smoothing": 0.0}
+        if self.main == "cross_entropy" and name == "cross_entropy" and len(rest) == 1 \
+                and all(ce_defaults.get(k, object()) == v for k, v in kw2.items()) \
+                and _ndim(x) == 2 and _is_float_tensor(x):
+            return f"_kb_cross_entropy({self.fmt(x)}, {self.fmt(rest[0])})"
+        return None
+
