@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import operator
 
-from autokernel.kb.source_pieces import BINARY, REVERSED, UNARY
+from autokernel.kb.source_pieces import BINARY, ELU, HARDSWISH, MISH, REVERSED, SOFTPLUS, UNARY
+
+_INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
 
 
 def _is_float_tensor(a) -> bool:
@@ -29,6 +31,14 @@ def _is_number(a) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
+def _is_scalar_node(a) -> bool:
+    """A Python number known only at run time (a float forward argument, x.shape[0] * 2): the
+    elementwise kernel takes it as its alpha argument instead of a constant."""
+    from torch import fx
+
+    return isinstance(a, fx.Node) and a.meta.get("type") in (int, float)
+
+
 def _fn_name(target) -> str | None:
     """A short name for a call_function target: 'relu', 'add', 'matmul', ..."""
     import torch
@@ -40,7 +50,7 @@ def _fn_name(target) -> str | None:
     for mod in (torch, F, torch.special):
         for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
-                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6"):
+                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus", "hardswish", "elu"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -97,6 +107,12 @@ class OpRules:
         if _is_number(a) and _is_float_tensor(b):
             self.last_ew = (REVERSED[op], b, None, float(a), 0.0)
             return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, {float(a)!r})"
+        if _is_float_tensor(a) and _is_scalar_node(b):
+            self.last_ew = (op, a, None, b, 0.0)
+            return f"_kb_ew({op}, {self.fmt(a)}, None, float({self.fmt(b)}))"
+        if _is_scalar_node(a) and _is_float_tensor(b):
+            self.last_ew = (REVERSED[op], b, None, a, 0.0)
+            return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, float({self.fmt(a)}))"
         return None
 
     def replacement(self, node) -> str | None:
@@ -123,6 +139,12 @@ class OpRules:
                 return self.ew_unary(19, args[0], float(mod.negative_slope))
             if type(mod) in (nn.Hardtanh, nn.ReLU6) and not mod.inplace:
                 return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
+            if type(mod) in (nn.Mish, nn.Hardswish) and not mod.inplace:
+                return self.ew_unary(MISH if type(mod) is nn.Mish else HARDSWISH, args[0])
+            if type(mod) is nn.Softplus:
+                return self.ew_unary(SOFTPLUS, args[0], float(mod.beta), float(mod.threshold))
+            if type(mod) is nn.ELU and not mod.inplace:
+                return self.ew_unary(ELU, args[0], float(mod.alpha))
             return None
         if node.op == "call_method":
             name = node.target
@@ -144,9 +166,25 @@ class OpRules:
                 return None
             return self.ew_unary(2 if approx == "tanh" else 1, x)
         if name in UNARY and name != "gelu":
-            if rest or kw2:
+            # F.relu / F.mish / F.hardswish take inplace=; writing x in place is not reproduced
+            if node.op == "call_function" and name in _INPLACE_ARG:
+                allk = dict(zip(("inplace",), rest), **kw2)
+                if set(allk) - {"inplace"} or allk.get("inplace") or len(rest) > 1:
+                    return None
+            elif rest or kw2:
                 return None
             return self.ew_unary(UNARY[name], x)
+        if name == "softplus":
+            allk = dict(zip(("beta", "threshold"), rest), **kw2)
+            beta, threshold = allk.get("beta", 1.0), allk.get("threshold", 20.0)
+            if set(allk) <= {"beta", "threshold"} and _is_number(beta) and beta and _is_number(threshold):
+                return self.ew_unary(SOFTPLUS, x, float(beta), float(threshold))
+            return None
+        if name == "elu":
+            allk = dict(zip(("alpha", "inplace"), rest), **kw2)
+            if set(allk) <= {"alpha", "inplace"} and not allk.get("inplace") and _is_number(allk.get("alpha", 1.0)):
+                return self.ew_unary(ELU, x, float(allk.get("alpha", 1.0)))
+            return None
         if name in ("pow",) and rest == [2] and not kw2 or name == "square" and not rest and not kw2:
             return self.ew_unary(20, x)
         if name == "leaky_relu":
@@ -155,7 +193,7 @@ class OpRules:
                     and _is_number(allk.get("negative_slope", 0.01)):
                 return self.ew_unary(19, x, float(allk.get("negative_slope", 0.01)))
             return None
-        if name in ("hardtanh", "clamp", "relu6"):
+        if name in ("hardtanh", "clamp", "relu6", "mish", "softplus", "hardswish", "elu"):
             keys = ("min_val", "max_val", "inplace") if name == "hardtanh" else ("min", "max")
             allk = dict(zip(keys, rest), **kw2)
             lo = allk.get(keys[0], -1.0 if name == "hardtanh" else None)

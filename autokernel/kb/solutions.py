@@ -221,25 +221,32 @@ class _Emitter(OpRules):
     def fused_kernel(self, gid: int, g: dict, ew: dict) -> str:
         """One Triton kernel computing a group of elementwise ops in registers (one read of each
         input, one write), and its launcher."""
+        from torch import fx
+
         var = {}
         loads = []
         for k, (node, mode) in enumerate(g["inputs"]):
+            if mode == "scalar":  # a run-time Python number: the kernel argument itself
+                var[node] = f"p{k}"
+                continue
             var[node] = f"a{k}"
             index = {"full": "offs", "row": "offs % ncols", "col": "offs // ncols"}[mode]
             loads.append(f"    a{k} = tl.load(p{k} + {index}, mask=mask, other=1.0).to(tl.float32)")
         steps = []
         for k, m in enumerate(g["members"]):
             op, x, y, alpha, beta = ew[m]
+            a = var[alpha] if isinstance(alpha, fx.Node) else repr(alpha)
             xs = var[x]
-            ys = var[y] if y is not None else repr(alpha)
-            steps.append(f"    t{k} = {OP_EXPR[op].format(x=xs, y=ys, a=repr(alpha), b=repr(beta))}")
+            ys = var[y] if y is not None else a
+            steps.append(f"    t{k} = {OP_EXPR[op].format(x=xs, y=ys, a=a, b=repr(beta))}")
             var[m] = f"t{k}"
         n_in = len(g["inputs"])
         ptrs = ", ".join(f"p{k}" for k in range(n_in))
         xs = ", ".join(f"x{k}" for k in range(n_in))
         full = next(k for k, (_n, mode) in enumerate(g["inputs"]) if mode == "full")
         dtype = str(g["root"].meta["tensor_meta"].dtype)
-        conts = ", ".join(f"x{k}.contiguous()" for k in range(n_in))
+        conts = ", ".join(f"float(x{k})" if mode == "scalar" else f"x{k}.contiguous()"
+                          for k, (_n, mode) in enumerate(g["inputs"]))
         return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
                 f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
                 + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
@@ -262,8 +269,11 @@ def _fusion_groups(ew: dict) -> dict:
     user is elementwise too and of the same shape and dtype. Each group's inputs are tensors of
     the root's shape ("full"), rows broadcast along the last dim ("row": [N] or [1, .., N]) or
     columns ("col": [..., 1]); a group with any other input, a non-finite scalar, or fewer than two
-    ops is not fused (its ops stay one kernel each)."""
+    ops is not fused (its ops stay one kernel each). A run-time Python number (alpha given as a
+    node) is a "scalar" input: a kernel argument, not a load."""
     import math
+
+    from torch import fx
 
     def same(a, b) -> bool:
         return _shape(a) == _shape(b) and a.meta["tensor_meta"].dtype == b.meta["tensor_meta"].dtype
@@ -285,13 +295,15 @@ def _fusion_groups(ew: dict) -> dict:
         inputs, ok = [], True
         for m in members:
             op, x, y, alpha, beta = ew[m]
-            if not all(math.isfinite(v) for v in (alpha, beta)):
+            if not all(isinstance(v, fx.Node) or math.isfinite(v) for v in (alpha, beta)):
                 ok = False
-            for operand in (x, y):
-                if operand is None or operand in members or any(operand is i for i, _ in inputs):
+            for operand in (x, y, alpha):
+                if not isinstance(operand, fx.Node) or operand in members or any(operand is i for i, _ in inputs):
                     continue
                 s = _shape(operand)
-                if s == shape:
+                if operand is alpha:
+                    mode = "scalar"
+                elif s == shape:
                     mode = "full"
                 elif s is not None and len(s) >= 1 and s[-1] == shape[-1] and all(d == 1 for d in s[:-1]) \
                         and len(s) <= len(shape):

@@ -18,6 +18,23 @@ EW_WARPS = 4
 
 
 @triton.jit
+def _kb_softplus(x, beta, threshold):
+    # PyTorch's: x itself above the threshold; exp(bx)/b far below 0, where 1 + exp(bx) rounds to 1
+    bx = x * beta
+    mid = tl.log(1.0 + tl.exp(tl.minimum(bx, threshold))) / beta
+    return tl.where(bx > threshold, x, tl.where(bx < -15.0, tl.exp(tl.minimum(bx, -15.0)) / beta, mid))
+
+
+@triton.jit
+def _kb_mish(x):
+    # tanh(log(1 + e^x)) = n(n + 2) / (n(n + 2) + 2) with n = e^x: no cancellation for x < 0, and
+    # exactly 1 in fp32 once x passes 20 (PyTorch's softplus threshold)
+    n = tl.exp(tl.minimum(x, 20.0))
+    m = n * (n + 2.0)
+    return x * (m / (m + 2.0))
+
+
+@triton.jit
 def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
                   BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -74,8 +91,16 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr
         r = x * x
     elif OP == 21:
         r = tl.sqrt(x)
-    else:
+    elif OP == 22:
         r = tl.log(x)
+    elif OP == 23:
+        r = _kb_mish(x)
+    elif OP == 24:  # softplus(beta=alpha, threshold=beta)
+        r = _kb_softplus(x, alpha, beta)
+    elif OP == 25:  # hardswish
+        r = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    else:  # elu(alpha)
+        r = tl.where(x > 0.0, x, alpha * (tl.exp(x) - 1.0))
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -159,7 +184,8 @@ def kernel_fn(*args):
 '''
 
 UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
-         "sqrt": 21, "log": 22}
+         "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25}
+MISH, SOFTPLUS, HARDSWISH, ELU = 23, 24, 25, 26
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
 REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
 
@@ -188,6 +214,10 @@ OP_EXPR = {
     20: "{x} * {x}",
     21: "tl.sqrt({x})",
     22: "tl.log({x})",
+    23: "_kb_mish({x})",
+    24: "_kb_softplus({x}, {a}, {b})",
+    25: "{x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
+    26: "tl.where({x} > 0.0, {x}, {a} * (tl.exp({x}) - 1.0))",
 }
 
 
