@@ -145,3 +145,59 @@ def test_official_scalar_and_mish_problems(home):
     assert "float(s)" in sol.source
     sol = initial_solution(official(2, "4_Conv2d_Mish_Mish.py"))
     assert sol.kind == KIND_ELEMENTWISE and sol.replaced == ["ew:mish", "ew:mish"] and sol.fused == 1
+
+
+# -- layernorm over several dims, sum over any dim --------------------------------------------------
+
+def test_layernorm_over_several_trailing_dims(home):
+    p = problem('''
+class Model(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(shape)
+        with torch.no_grad():  # not the identity affine: a wrong flattening of weight/bias shows
+            self.ln.weight.copy_(torch.randn(shape))
+            self.ln.bias.copy_(torch.randn(shape))
+
+    def forward(self, x):
+        return self.ln(x)
+''', "[torch.rand(3, 4, 5, 6) * 4.0]", "[(4, 5, 6)]")
+    sol = check(p)
+    assert (sol.library, sol.replaced, sol.kept) == ("layernorm", ["lib:LayerNorm"], [])
+    p = problem('''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 6))
+        self.b = nn.Parameter(torch.randn(5, 6))
+
+    def forward(self, x):
+        return F.layer_norm(x, (5, 6), self.w, self.b, 1e-3)
+''', "[torch.randn(2, 3, 5, 6)]")
+    sol = check(p)
+    assert sol.library == "layernorm" and sol.replaced == ["lib:layer_norm"]
+
+
+@pytest.mark.parametrize("dim, keepdim", [(1, True), (0, False), (-1, True), (2, False)])
+def test_sum_over_any_dim(home, dim, keepdim):
+    p = problem(f'''
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.sum(x, dim=self.dim, keepdim={keepdim})
+''', "[torch.randn(3, 37, 10)]", f"[{dim}]")
+    sol = check(p)
+    assert (sol.library, sol.replaced, sol.kept) == ("reduce", ["lib:sum"], [])
+
+
+def test_official_layernorm_and_sum_problems(home):
+    from autokernel.kb.solutions import KIND_LIBRARY, initial_solution
+
+    sol = initial_solution(official(1, "40_LayerNorm.py"))
+    assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "layernorm", ["lib:LayerNorm"])
+    sol = initial_solution(official(1, "47_Sum_reduction_over_a_dimension.py"))
+    assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "reduce", ["lib:sum"])
+    assert "_kb_sum(x, 1, keepdim=True)" in sol.source

@@ -125,7 +125,7 @@ class OpRules:
             if isinstance(mod, nn.Linear) and self.main == "matmul" and _is_float_tensor(args[0]):
                 return f"_kb_linear({self.fmt(args[0])}, {ref}.weight, {ref}.bias)"
             if isinstance(mod, nn.LayerNorm) and self.main == "layernorm" and _is_float_tensor(args[0]) \
-                    and len(mod.normalized_shape) == 1 and mod.elementwise_affine and mod.bias is not None:
+                    and mod.elementwise_affine and mod.bias is not None:
                 return f"_kb_layer_norm({self.fmt(args[0])}, {ref}.weight, {ref}.bias, {ref}.eps)"
             if isinstance(mod, nn.Softmax) and self.main == "softmax" and mod.dim in (-1, _last(args[0])):
                 return f"_kb_softmax({self.fmt(args[0])})"
@@ -222,7 +222,7 @@ class OpRules:
             allk = dict(zip(("normalized_shape", "weight", "bias", "eps"), rest), **kw2)
             ns = allk.get("normalized_shape")
             if allk.get("weight") is not None and allk.get("bias") is not None and isinstance(ns, (list, tuple)) \
-                    and len(ns) == 1:
+                    and len(ns) >= 1:
                 return (f"_kb_layer_norm({self.fmt(x)}, {self.fmt(allk['weight'])}, {self.fmt(allk['bias'])}, "
                         f"{self.fmt(allk.get('eps', 1e-5))})")
         if self.main == "reduce" and name == "sum" and _is_float_tensor(x):
@@ -230,8 +230,10 @@ class OpRules:
             dim = allk.get("dim")
             if isinstance(dim, (list, tuple)) and len(dim) == 1:
                 dim = dim[0]
-            if dim in (-1, _last(x)) and set(allk) <= {"dim", "keepdim"} and (_ndim(x) or 0) >= 2:
-                return f"_kb_sum_last({self.fmt(x)}, keepdim={bool(allk.get('keepdim', False))})"
+            nd = _ndim(x) or 0
+            if isinstance(dim, int) and -nd <= dim < nd and set(allk) <= {"dim", "keepdim"} \
+                    and isinstance(allk.get("keepdim", False), bool):
+                return f"_kb_sum({self.fmt(x)}, {dim % nd}, keepdim={bool(allk.get('keepdim', False))})"
         ce_defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None,
                        "reduction": "mean", "label_smoothing": 0.0}
         if self.main == "cross_entropy" and name == "cross_entropy" and len(rest) == 1 \

@@ -4,8 +4,9 @@ The problem's Model is traced with torch.fx (shapes propagated on the meta devic
 large is allocated) and its forward is re-emitted as a `ModelNew(Model)` subclass (same
 constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
-  (matmul / nn.Linear / bmm -> matmul, softmax, layer_norm, sum over the last dim -> reduce,
-  cross_entropy); one library starter per file (a second, different one stays a torch op);
+  (matmul / nn.Linear / bmm -> matmul, softmax, layer_norm (over any trailing dims), sum over one
+  dim -> reduce, cross_entropy); one library starter per file (a second, different one stays a
+  torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, exp, rsqrt, x**2, + - * /
   with a tensor or a scalar, bias adds) calls one generic Triton elementwise kernel written here;
 - everything else stays the torch op it was (reshapes, means, max...).

@@ -156,12 +156,24 @@ def _kb_softmax(x):
 ''',
     "layernorm": '''
 def _kb_layer_norm(x, weight, bias, eps):
-    return kernel_fn(x.reshape(-1, x.shape[-1]), weight, bias, eps).reshape(x.shape)
+    # normalized_shape may span several trailing dims (weight has its shape): one row of their product
+    cols = weight.numel()
+    return kernel_fn(x.reshape(-1, cols), weight.reshape(-1), bias.reshape(-1), eps).reshape(x.shape)
 ''',
     "reduce": '''
-def _kb_sum_last(x, keepdim=False):
-    y = kernel_fn(x.reshape(-1, x.shape[-1]))
-    return y.reshape(*x.shape[:-1], *((1,) if keepdim else ()))
+def _kb_sum(x, dim, keepdim=False):
+    """torch.sum(x, dim, keepdim) for one dim, as the row sums of a [rows, x.shape[dim]] matrix."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if dim == x.dim() - 1:
+        rows = x.reshape(-1, n)
+    else:
+        # Moved last with a copy: a strided view (stride_c = the inner size) would make every
+        # program read one element per row of a column, uncoalesced; the copy costs one extra
+        # read and write of x but keeps the reduce reading contiguous rows.
+        rows = x.movedim(dim, -1).reshape(-1, n)
+    y = kernel_fn(rows)
+    return y.reshape(*x.shape[:dim], *((1,) if keepdim else ()), *x.shape[dim + 1:])
 ''',
     "cross_entropy": '''
 def _kb_cross_entropy(logits, targets):
