@@ -201,3 +201,45 @@ def test_official_layernorm_and_sum_problems(home):
     sol = initial_solution(official(1, "47_Sum_reduction_over_a_dimension.py"))
     assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "reduce", ["lib:sum"])
     assert "_kb_sum(x, 1, keepdim=True)" in sol.source
+
+
+# -- scaled_dot_product_attention ------------------------------------------------------------------
+
+SDPA = '''
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v{extra})
+'''
+
+
+@pytest.mark.parametrize("extra, shapes, fn", [
+    ("", ((2, 3, 40, 16),) * 3, "_kb_sdpa("),
+    (", is_causal=True, scale=0.3", ((1, 2, 33, 24),) * 3, "_kb_sdpa("),
+    (", enable_gqa=True", ((1, 4, 20, 32), (1, 2, 20, 32), (1, 2, 20, 32)), "_kb_sdpa("),
+    # past the flash starter: a head dim over its MAX_HEAD_DIM, kv longer than q, another value dim
+    ("", ((1, 2, 16, 160),) * 3, "_kb_sdpa_mm("),
+    (", is_causal=True", ((1, 2, 12, 16), (1, 2, 20, 16), (1, 2, 20, 8)), "_kb_sdpa_mm("),
+], ids=["plain", "causal-scale", "gqa", "head-dim-160", "causal-kv-longer"])
+def test_sdpa_runs_our_kernels(home, extra, shapes, fn):
+    inputs = "[" + ", ".join(f"torch.randn{s}" for s in shapes) + "]"
+    sol = check(problem(SDPA.format(extra=extra), inputs))
+    assert sol.library == ("flash_attention" if fn == "_kb_sdpa(" else "matmul")
+    assert sol.replaced == ["lib:scaled_dot_product_attention"] and not sol.kept and fn in sol.source
+
+
+def test_sdpa_with_a_mask_or_dropout_stays_torch(home):
+    from autokernel.kb.solutions import KIND_TORCH, initial_solution
+
+    for extra in (", attn_mask=q[0, 0, :, :1] > 0", ", dropout_p=0.1"):
+        sol = initial_solution(problem(SDPA.format(extra=extra), "[torch.randn(1, 2, 8, 16)] * 3"))
+        assert sol.kind == KIND_TORCH and "scaled_dot_product_attention" in sol.kept
+
+
+def test_official_sdpa_problem(home):
+    """L1 97 makes its inputs on CUDA in fp16 with head dim 1024: traced on the meta device (no GPU
+    needed), and past the flash starter's head dims, so the matmul starter's bmm computes it."""
+    from autokernel.kb.solutions import KIND_LIBRARY, initial_solution
+
+    sol = initial_solution(official(1, "97_ScaledDotProductAttention.py"))
+    assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "matmul", ["lib:scaled_dot_product_attention"])
+    assert "_kb_sdpa_mm(Q, K, V, causal=False, scale=None)" in sol.source

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 
-from autokernel.kb.source_pieces import BINARY, ELU, HARDSWISH, MISH, REVERSED, SOFTPLUS, UNARY
+from autokernel.kb.source_pieces import BINARY, ELU, HARDSWISH, MISH, REVERSED, SOFTPLUS, UNARY, starter_constant
 
 _INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
 
@@ -50,7 +50,8 @@ def _fn_name(target) -> str | None:
     for mod in (torch, F, torch.special):
         for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
-                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus", "hardswish", "elu"):
+                     "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
+                     "hardswish", "elu", "scaled_dot_product_attention"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -59,6 +60,30 @@ def _fn_name(target) -> str | None:
 def _last(x) -> int | None:
     n = _ndim(x)
     return None if n is None else n - 1
+
+
+def sdpa_call(node) -> dict | None:
+    """F.scaled_dot_product_attention's arguments when our kernels can compute it: 4-D q, k, v of
+    one float dtype, no attn_mask, no dropout, constant is_causal/scale; "flash" says whether the
+    flash starter takes it (same q/kv length and head dim, head dim within its budget)."""
+    if node.op != "call_function" or _fn_name(node.target) != "scaled_dot_product_attention":
+        return None
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    a = dict(zip(names, node.args), **node.kwargs)
+    q, k, v = a.get("query"), a.get("key"), a.get("value")
+    if set(a) - set(names) or not all(_is_float_tensor(t) and _ndim(t) == 4 for t in (q, k, v)):
+        return None
+    if a.get("attn_mask") is not None or a.get("dropout_p", 0.0) != 0.0 \
+            or not isinstance(a.get("is_causal", False), bool) or not isinstance(a.get("enable_gqa", False), bool) \
+            or not (a.get("scale") is None or _is_number(a.get("scale"))):
+        return None
+    (qb, qh, qs, qd), (kb, kh, ks, kd), (vb, vh, vs, vd) = (tuple(t.meta["tensor_meta"].shape) for t in (q, k, v))
+    dtypes = {t.meta["tensor_meta"].dtype for t in (q, k, v)}
+    if len(dtypes) != 1 or qb != kb or (kb, kh, ks) != (vb, vh, vs) or qd != kd or qh % kh \
+            or (qh != kh and not a.get("enable_gqa")):
+        return None
+    flash = qs == ks and vd == qd and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
+    return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
 
 
 def main_op(gm) -> str | None:
@@ -76,6 +101,10 @@ def main_op(gm) -> str | None:
                 found.append("softmax")
         elif node.op in ("call_function", "call_method"):
             name = _fn_name(node.target) if node.op == "call_function" else node.target
+            sdpa = sdpa_call(node)
+            if sdpa:  # head dims the flash starter does not take: two bmm of the matmul starter
+                found.append("flash_attention" if sdpa["flash"] else "matmul")
+                continue
             found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
                           "softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
                           "cross_entropy": "cross_entropy"}.get(name))
@@ -234,6 +263,13 @@ class OpRules:
             if isinstance(dim, int) and -nd <= dim < nd and set(allk) <= {"dim", "keepdim"} \
                     and isinstance(allk.get("keepdim", False), bool):
                 return f"_kb_sum({self.fmt(x)}, {dim % nd}, keepdim={bool(allk.get('keepdim', False))})"
+        sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
+        # with the matmul starter for other ops, an attention the flash kernel would take stays
+        # torch's fused one: the bmm-softmax-bmm path is only for what neither covers
+        if sdpa and (self.main == "flash_attention") == sdpa["flash"]:
+            fn = "_kb_sdpa" if sdpa["flash"] else "_kb_sdpa_mm"
+            return (f"{fn}({self.fmt(sdpa['q'])}, {self.fmt(sdpa['k'])}, {self.fmt(sdpa['v'])}, "
+                    f"causal={sdpa['causal']!r}, scale={self.fmt(sdpa['scale'])})")
         ce_defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None,
                        "reduction": "mean", "label_smoothing": 0.0}
         if self.main == "cross_entropy" and name == "cross_entropy" and len(rest) == 1 \

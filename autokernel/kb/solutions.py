@@ -1,14 +1,16 @@
 """The initial ModelNew of a problem, built from the kernel library.
 
 The problem's Model is traced with torch.fx (shapes propagated on the meta device, so nothing
-large is allocated) and its forward is re-emitted as a `ModelNew(Model)` subclass (same
-constructor, so the same seed gives the same weights), where:
+large is allocated, and inputs made on "cuda" trace without a GPU) and its forward is re-emitted
+as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax, layer_norm (over any trailing dims), sum over one
-  dim -> reduce, cross_entropy); one library starter per file (a second, different one stays a
-  torch op);
-- every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, exp, rsqrt, x**2, + - * /
-  with a tensor or a scalar, bias adds) calls one generic Triton elementwise kernel written here;
+  dim -> reduce, cross_entropy, scaled_dot_product_attention -> flash_attention, or two bmm of
+  the matmul starter for head dims past the flash kernel's); one library starter per file (a
+  second, different one stays a torch op);
+- every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
+  elu, exp, rsqrt, x**2, + - * / with a tensor, a constant or a run-time Python number, bias adds)
+  calls one generic Triton elementwise kernel written here;
 - everything else stays the torch op it was (reshapes, means, max...).
 
 When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
@@ -334,6 +336,28 @@ def _describe(node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
+def _meta_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class OnMeta(TorchFunctionMode):
+        """Tensors asked for on a device (get_inputs with device='cuda', .cuda(), .to('cuda')) are
+        made on the meta device too: tracing needs only their shapes, and runs without a GPU."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            import torch
+
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = "meta"
+            if func is torch.Tensor.cuda:
+                return args[0].to("meta")
+            if func is torch.Tensor.to:
+                args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
+            return func(*args, **kwargs)
+
+    return OnMeta()
+
+
 def _trace(problem: Problem):
     """(GraphModule with tensor_meta on its nodes, the model). Shapes propagated on meta tensors."""
     import torch
@@ -342,7 +366,7 @@ def _trace(problem: Problem):
 
     mod = problem.load_module()
     torch.manual_seed(0)
-    with torch.device("meta"):
+    with torch.device("meta"), _meta_mode():
         model = mod.Model(*mod.get_init_inputs())
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
     gm = fx.symbolic_trace(model)

@@ -9,6 +9,7 @@ together into one kernel file.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 EW_SOURCE = '''
@@ -149,6 +150,22 @@ def _kb_linear(x, weight, bias=None):
     if bias is not None:
         y = _kb_ew(10, y, bias)
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _kb_sdpa_mm(q, k, v, causal=False, scale=None):
+    """scaled_dot_product_attention for what the flash starter does not take (head dims past its
+    budget, q and kv of different lengths): scores and output by bmm, the softmax in fp32 by torch."""
+    B, H, S, D = q.shape
+    Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    if Hkv != H:  # GQA
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+    scores = bmm(q.reshape(B * H, S, D), k.reshape(B * H, Sk, D).transpose(1, 2)).float()
+    scores = scores * (D ** -0.5 if scale is None else scale)
+    if causal:  # top-left aligned, as SDPA's is_causal
+        scores = scores.masked_fill(torch.ones(S, Sk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    p = torch.softmax(scores, dim=-1).to(q.dtype)
+    return bmm(p, v.reshape(B * H, Sk, Dv)).reshape(B, H, S, Dv)
 ''',
     "softmax": '''
 def _kb_softmax(x):
@@ -174,6 +191,10 @@ def _kb_sum(x, dim, keepdim=False):
         rows = x.movedim(dim, -1).reshape(-1, n)
     y = kernel_fn(rows)
     return y.reshape(*x.shape[:dim], *((1,) if keepdim else ()), *x.shape[dim + 1:])
+''',
+    "flash_attention": '''
+def _kb_sdpa(q, k, v, causal=False, scale=None):
+    return kernel_fn(q, k, v, causal, scale)
 ''',
     "cross_entropy": '''
 def _kb_cross_entropy(logits, targets):
@@ -279,6 +300,17 @@ def starter_pieces(kernel_type: str) -> tuple[str, dict]:
             lines[node.lineno - 1] += f"\n{indent}cfg = {{**{defaults!r}, **cfg}}"
     keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
     return "\n".join(keep), space
+
+
+@functools.lru_cache(maxsize=None)
+def starter_constant(kernel_type: str, name: str):
+    """A module-level literal of a starter (e.g. flash_attention's MAX_HEAD_DIM), read from its source."""
+    from autokernel.kernels import starter_path
+
+    for node in ast.parse(starter_path(kernel_type, "triton").read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{kernel_type} starter has no constant {name}")
 
 
 def strip_docstring(src: str) -> str:
