@@ -4,6 +4,7 @@ starter's compile check and, on the GPU, both backends at every default shape an
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -49,8 +50,20 @@ def test_triton_constant_rows_give_bias(triton_mod):
     assert torch.equal(triton_mod.kernel_fn(x, w, b, eps), b.expand(5, 300))
 
 
+@pytest.mark.parametrize("max_fused", [16384, 1024])  # the fused path, then the long-row loop (1000 > 512)
+def test_triton_shifted_stats(tmp_path, max_fused):
+    """STATS "shifted" (one reduction of sum d, sum d^2 with d = x - x[row, 0]): every adversarial
+    scale (a large offset is where E[x^2] - E[x]^2 would cancel) in fp32 and bf16, and constant rows
+    still give the bias bit for bit."""
+    mod = K.load("triton", {"STATS": "shifted", "MAX_FUSED_COLS": max_fused, "LOOP_BLOCK": 512}, tmp_path)
+    for dtype in (torch.float32, torch.bfloat16):
+        K.check_cases(mod, [({"rows": 7, "cols": 1000}, s) for s in SPEC.adversarial], dtype, K.gen(5))
+    x, w, b, eps = K.inputs({"rows": 5, "cols": 1000}, torch.float32, "equal")
+    assert torch.equal(mod.kernel_fn(x, w, b, eps), b.expand(5, 1000))
+
+
 test_triton_strided_views = K.strided_views_test()
-test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=4096))
+test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=4096) + [{"STATS": "shifted"}])
 test_cuda_source_compiles = K.cuda_compile_test(other={"BLOCK_SIZE": 1024, "VEC_BYTES": 4, "SMEM_BYTES": 0})
 
 # ---------------------------------------------------------------- GPU: both backends, every default shape and dtype

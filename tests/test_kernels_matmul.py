@@ -281,6 +281,21 @@ def test_triton_split_k_for_few_tiles_and_a_long_k(tmp_path, monkeypatch, split)
         assert all(n == "_matmul_tile_kernel" for n, _, _ in seen)
 
 
+def test_triton_split_k_only_below_one_wave_of_tiles(tmp_path, monkeypatch):
+    """SPLIT_K_BELOW_TILES = 1: one tile (fp16) or four (fp32) already make a full wave, so no split;
+    the K tail (5000 % 16, 5000 % 32) lands in the peeled masked step."""
+    mod = K.load("triton", {"SPLIT_K_BELOW_TILES": 1, "SPLIT_K_MIN_CHUNK": 1024, "FP32_BLOCK_M": 32,
+                            "FP32_BLOCK_N": 32, "FP32_BLOCK_K": 16, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
+                  tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(34)
+    for dtype in CPU_DTYPES:
+        a, b = K.make({"M": 40, "N": 50, "K": 5000}, dtype, gen)
+        check(mod.kernel_fn(a, b), (a, b), dtype)
+    assert [n for n, _, _ in seen] == ["_matmul_tile_kernel"] * len(CPU_DTYPES)
+    assert all(len(g) == 1 for _, g, _ in seen)
+
+
 @pytest.mark.parametrize("pad", ["pad", "as_is"])
 def test_triton_unaligned_rows_are_padded(tmp_path, monkeypatch, pad):
     """K = 101: rows of A (and of B.T) start at addresses Triton cannot prove 16-byte aligned; "pad"

@@ -1,12 +1,18 @@
 """Triton layer-norm starter: F.layer_norm over the last dim with weight and bias.
 
-Rows up to MAX_FUSED_COLS are held in registers: x is read once, the mean and then the variance
-of the centred values are computed from registers (two-pass statistics, exact for constant
-rows and large offsets, unlike E[x^2] - E[x]^2), and y is written once. Short rows are packed
-several to a program (tiles of at least TILE_ELEMS) so each program moves enough bytes; the
-warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks: a pass for the mean,
-one for the variance, one to write. fp32 statistics and math, one rounding per output. Any row
-and column strides; the output is contiguous.
+Rows up to MAX_FUSED_COLS are held in registers: x is read once and y is written once. Short rows
+are packed several to a program (tiles of at least TILE_ELEMS) so each program moves enough bytes;
+the warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks. fp32 statistics and
+math, one rounding per output. Any row and column strides; the output is contiguous.
+
+STATS picks how the mean and variance are found:
+- "two_pass": the mean, then the variance of the centred values: two dependent reductions (in the
+  long-row path two reading passes before the writing one).
+- "shifted": one reduction of the pair (sum d, sum d^2) with d = x - x[row, 0], then
+  var = E[d^2] - E[d]^2. Shifting by a value of the row keeps E[d] of the order of the row's spread,
+  so the subtraction does not cancel the way E[x^2] - E[x]^2 does on rows with a large offset, and a
+  constant row still gets a variance of exactly 0. Half the reduction latency in the fused path,
+  one reading pass fewer in the long-row path.
 """
 
 import torch
@@ -22,6 +28,7 @@ MAX_WARPS = 16
 TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
 LOOP_BLOCK = 4096  # chunk of the long-row path
 LOOP_WARPS = 8
+STATS = "two_pass"
 
 SEARCH_SPACE = {
     "MAX_FUSED_COLS": [4096, 8192, 16384, 32768],
@@ -30,6 +37,7 @@ SEARCH_SPACE = {
     "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
     "LOOP_BLOCK": [1024, 2048, 4096, 8192],
     "LOOP_WARPS": [4, 8, 16],
+    "STATS": ["two_pass", "shifted"],
 }
 
 DETERMINISTIC = True  # fixed reduction tree
@@ -40,16 +48,29 @@ def valid_config(cfg):
 
 
 @triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
 def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, sb, syr,
-                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SHIFTED: tl.constexpr):
     r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     cmask = c < cols
     mask = (r < rows)[:, None] & cmask[None, :]
     x = tl.load(x_ptr + r[:, None] * sxr + c[None, :] * sxc, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=1) / cols
-    d = tl.where(mask, x - mean[:, None], 0.0)
-    var = tl.sum(d * d, axis=1) / cols
+    if SHIFTED:
+        shift = tl.load(x_ptr + r * sxr, mask=r < rows, other=0.0).to(tl.float32)
+        e = tl.where(mask, x - shift[:, None], 0.0)
+        s1, s2 = tl.reduce((e, e * e), 1, _add_pair)
+        mean_e = s1 / cols
+        var = tl.maximum(s2 / cols - mean_e * mean_e, 0.0)
+        d = tl.where(mask, e - mean_e[:, None], 0.0)
+    else:
+        mean = tl.sum(x, axis=1) / cols
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        var = tl.sum(d * d, axis=1) / cols
     rstd = 1.0 / tl.sqrt(var + eps)
     w = tl.load(w_ptr + c * sw, mask=cmask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + c * sb, mask=cmask, other=0.0).to(tl.float32)
@@ -58,22 +79,37 @@ def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, 
 
 
 @triton.jit
-def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, syr, BLOCK: tl.constexpr):
+def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, syr, BLOCK: tl.constexpr,
+                      SHIFTED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * sxr
     yr = y_ptr + row * syr
     acc = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        acc += tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / cols
-    acc = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, cols, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
-        d = tl.where(c < cols, x - mean, 0.0)
-        acc += d * d
-    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / cols + eps)
+    if SHIFTED:
+        shift = tl.load(xr).to(tl.float32)
+        acc2 = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            x = tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
+            e = tl.where(c < cols, x - shift, 0.0)
+            acc += e
+            acc2 += e * e
+        mean_e = tl.sum(acc, axis=0) / cols
+        mean = shift + mean_e
+        var = tl.maximum(tl.sum(acc2, axis=0) / cols - mean_e * mean_e, 0.0)
+    else:
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            acc += tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / cols
+        acc = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            x = tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
+            d = tl.where(c < cols, x - mean, 0.0)
+            acc += d * d
+        var = tl.sum(acc, axis=0) / cols
+    rstd = 1.0 / tl.sqrt(var + eps)
     for start in range(0, cols, BLOCK):
         c = start + tl.arange(0, BLOCK)
         m = c < cols
@@ -96,8 +132,9 @@ def kernel_fn(x, weight, bias, eps):
         rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
         _layernorm_fused[(triton.cdiv(rows, rows_per),)](
-            x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
+            x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
+            num_warps=warps)
     else:
         _layernorm_looped[(rows,)](x, weight, bias, y, cols, float(eps), *args,
-                                   BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
+                                   BLOCK=LOOP_BLOCK, SHIFTED=STATS == "shifted", num_warps=LOOP_WARPS)
     return y
