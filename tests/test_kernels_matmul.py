@@ -312,3 +312,26 @@ def test_triton_unaligned_rows_are_padded(tmp_path, monkeypatch, pad):
         assert all(max(sb) % 16 == 0 and min(sb) == 1 for _, sb in strides)
     else:
         assert all(sa == 101 for sa, _ in strides)
+
+
+def test_triton_row_major_b_reads_columns_rounded_up_to_16(tmp_path, monkeypatch):
+    """N = 77, B row-major inside a wider NaN-filled buffer: the kernel may read columns 77..79 of
+    every row (N_LOAD = 80, so column offsets stay provably contiguous) and the NaNs there must not
+    reach the output; a B whose last row ends at its storage's end keeps N_LOAD = N."""
+    mod = K.load("triton", {"PAD_UNALIGNED": "as_is", "SPLIT_K": "off", "FP32_B_LAYOUT": "as_is"}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(34)
+    kk, n = 64, 77
+    for dtype in CPU_DTYPES:
+        a, b = K.make({"M": 40, "N": n, "K": kk}, dtype, gen)
+        wide = torch.full((kk, 96), float("nan"), dtype=dtype)
+        wide[:, :n] = b
+        check(mod.kernel_fn(a, wide[:, :n]), (a, b), dtype)
+    assert [args[-1] for _, _, args in seen] == [80] * len(CPU_DTYPES)
+
+    flat = torch.zeros((kk - 1) * 96 + n)
+    tight = flat.as_strided((kk, n), (96, 1))
+    assert mod._load_cols(tight) == n  # rounding up would read past the storage on the last row
+    assert mod._load_cols(torch.zeros(kk, n)) == n  # row stride 77: no room between rows
+    assert mod._load_cols(torch.zeros(kk, 96)[:, :n].t().contiguous().t()) == n  # column-major
+    assert mod._load_cols(torch.zeros(kk, 96)[:, :n]) == 80

@@ -20,7 +20,7 @@ FP32_B_LAYOUT: the FMA path reads a K-contiguous B (a weight's .t(), what nn.Lin
 row-major first: one read and write of B, ~2% of the GEMM at those sizes; "as_is" reads it in place.
 
 Shapes a plain tiling serves badly (KernelBench level 1 on the H200: 0.05x eager at K = 524288,
-0.24x at 8205x2949x5921, a matrix-vector product wrong-footed):
+a matrix-vector product wrong-footed):
 - N == 1 (matrix-vector): a GEMV kernel, BM rows x GEMV_BLOCK_K columns per step, no wasted
   tile columns, its K range split so that the grid fills the GPU; fp32 partials summed in order.
 - few output tiles and a long K (SPLIT_K "auto"): the K range split over grid axis 2 so that at
@@ -124,7 +124,7 @@ def valid_config(cfg):
 @triton.jit
 def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                        stride_ab, stride_bb, stride_cb, K_SPLIT, stride_cs,
+                        stride_ab, stride_bb, stride_cb, K_SPLIT, stride_cs, N_LOAD,
                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                         EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
@@ -151,18 +151,22 @@ def _matmul_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     pid_m = first_m + ((pid % per_group) % group_rows)
     pid_n = (pid % per_group) // group_rows
 
-    # Rows/cols past the edge wrap around (% M, % N): loads stay unmasked and in bounds, and the
-    # store mask drops the duplicates. Offsets in int64 so huge tensors cannot overflow.
+    # Rows/cols past the edge wrap around (% M, % N_LOAD): loads stay unmasked and in bounds, and
+    # the store mask drops the duplicates. Offsets in int64 so huge tensors cannot overflow.
+    # N_LOAD is N rounded up to 16 when B's rows have that many readable columns (_load_cols): a
+    # modulo by a multiple of 16 keeps the column offsets provably contiguous, so a row-major B is
+    # read in vectors; % N with N = 5921 cut them to single elements (H200: 8205x2949x5921 fp32
+    # at 0.22x of cuBLAS). Columns in [N, N_LOAD) only feed output columns the store drops.
     rm = (pid_m * BM + tl.arange(0, BM)) % M
-    rn = (pid_n * BN + tl.arange(0, BN)) % N
+    rn = (pid_n * BN + tl.arange(0, BN)) % N_LOAD
     rk = tl.arange(0, BK)
     a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b_ptr + rk[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
 
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    # Full K blocks load unmasked; the ragged tail (if any) is peeled into one masked step. A mask
-    # inside the loop would run along A's contiguous K axis and cut its loads to single elements
-    # (H200: 8205x2949x5921 fp32 at 0.22x of cuBLAS).
+    # Full K blocks load unmasked; the ragged tail (if any) is peeled into one masked step: a mask
+    # inside the loop would run along A's contiguous K axis and could cut its loads to single
+    # elements on every step.
     for k in range(0, K // BK):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
@@ -273,6 +277,18 @@ def _aligned(t, inner_dim):
     return buf
 
 
+def _load_cols(b):
+    """Columns the tile kernel may read in each row of B: N rounded up to 16 when B is row-major
+    and every row, the last included, has that many columns inside B's storage (a padded buffer
+    from _aligned always does); N otherwise."""
+    k, n = b.shape
+    n16 = triton.cdiv(n, 16) * 16
+    if n16 == n or b.stride(1) != 1 or (k > 1 and b.stride(0) < n16):
+        return n
+    end = (b.storage_offset() + (k - 1) * b.stride(0) + n16) * b.element_size()
+    return n16 if end <= b.untyped_storage().nbytes() else n
+
+
 def _gemv(a, b, c):
     """c[M, 1] = a[M, K] @ b[K, 1]."""
     M, K = a.shape
@@ -329,7 +345,7 @@ def kernel_fn(a, b):
         part = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
         _matmul_tile_kernel[(tiles, 1, splits)](
             a, b, part, M, N, K,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1, 0, 0, 0, k_split, M * N,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1, 0, 0, 0, k_split, M * N, _load_cols(b),
             BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
             num_warps=warps, num_stages=stages,
         )
@@ -349,7 +365,7 @@ def kernel_fn(a, b):
             return c
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, K, 0,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, K, 0, _load_cols(b),
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
@@ -376,7 +392,7 @@ def bmm(a, b):
     _matmul_tile_kernel[grid](
         a, b, c, M, N, K,
         a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1), c.stride(2),
-        a.stride(0), b.stride(0), c.stride(0), K, 0,
+        a.stride(0), b.stride(0), c.stride(0), K, 0, N,
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
