@@ -35,6 +35,26 @@ def test_compare_nan_and_inf_must_match_the_reference():
         compare([torch.tensor([1.0, 0.0, float("nan")])], ref, 1e-4, 1e-4)
 
 
+def test_compare_in_chunks_counts_and_locates_across_them(monkeypatch):
+    """Outputs walk in COMPARE_CHUNK slices (float64 copies of a multi-GB output would not fit):
+    counts, the worst element and the first NaN's position span the slices."""
+    import autokernel.bench.checks as checks
+
+    monkeypatch.setattr(checks, "COMPARE_CHUNK", 7)
+    ref = torch.arange(60, dtype=torch.float64).reshape(6, 10)
+    out = ref.float().clone()
+    out[1, 2] += 0.01
+    out[5, 9] += 0.5  # the worst, in the last slice
+    with pytest.raises(CheckFailure, match=r"2 of 60 elements outside .*worst got 59\.5, expected 59\b"):
+        compare([out], ref, 1e-4, 1e-4)
+    assert compare([ref.float()], ref, 1e-4, 1e-4) == (0.0, 0.0)
+    out = ref.float().clone()
+    out[4, 3] = float("nan")
+    out[5, 0] = float("inf")
+    with pytest.raises(CheckFailure, match=r"2 NaN/Inf value\(s\) .*first at \[4, 3\]"):
+        compare([out], ref, 1e-4, 1e-4)
+
+
 def test_structure_dtype_shape_and_type_checks():
     x = torch.randn(4, 8)
     exact, meta = reference_outputs(SPEC, (x,))

@@ -149,39 +149,63 @@ def check_inputs_unchanged(before: Sequence, after: Sequence) -> None:
                 raise CheckFailure(f"the kernel wrote into input {j}")
 
 
+COMPARE_CHUNK = 1 << 24  # elements per float64 slice: a 7.5 GB fp32 output (KB L1 36) compared in parts
+
+
+def _unravel(flat_index: int, shape) -> list[int]:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat_index % size)
+        flat_index //= size
+    return idx[::-1]
+
+
 def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tuple[float, float]:
     """Elementwise |out - ref| <= atol + rtol |ref| against the high-precision reference;
-    NaN/Inf only where the reference has the same value."""
+    NaN/Inf only where the reference has the same value. Walks the outputs in COMPARE_CHUNK slices
+    so that the float64 temporaries stay small next to the tensors themselves."""
     max_abs = max_rel = 0.0
     for i, (o, r) in enumerate(zip(outs, _flat(exact))):
-        o64 = o.detach().to(torch.float64)
-        r64 = r.detach().to(device=o.device, dtype=torch.float64)
-        o_bad, r_bad = ~torch.isfinite(o64), ~torch.isfinite(r64)
-        if bool((o_bad != r_bad).any()):
-            n = int((o_bad & ~r_bad).sum())
-            where = torch.nonzero(o_bad & ~r_bad)[:1].tolist()
-            raise CheckFailure(f"output {i} has {n} NaN/Inf value(s) where the reference is finite "
-                               f"(first at {where[0] if where else '?'})" if n else
-                               f"output {i} is finite where the reference is NaN/Inf")
-        if bool(r_bad.any()):
-            same = (o64[r_bad] == r64[r_bad]) | (torch.isnan(o64[r_bad]) & torch.isnan(r64[r_bad]))
-            if not bool(same.all()):
-                raise CheckFailure(f"output {i}: non-finite values differ from the reference's")
-        ok = ~r_bad
-        if not bool(ok.any()):
-            continue
-        diff = (o64[ok] - r64[ok]).abs()
-        ref_abs = r64[ok].abs()
-        a = float(diff.max())
-        rel = float((diff / ref_abs.clamp_min(1e-30)).max())
-        max_abs, max_rel = max(max_abs, a), max(max_rel, rel)
-        bad = diff > atol + rtol * ref_abs
-        if bool(bad.any()):
-            k = int(bad.sum())
-            worst = int(torch.argmax(torch.where(bad, diff, torch.zeros_like(diff))))
-            raise CheckFailure(f"output {i}: {k} of {diff.numel()} elements outside atol={atol:g} rtol={rtol:g} "
-                               f"(max abs err {a:.3g}, max rel err {rel:.3g}; worst got "
-                               f"{float(o64[ok][worst]):.6g}, expected {float(r64[ok][worst]):.6g})")
+        of, rf = o.detach().reshape(-1), r.detach().reshape(-1)
+        n_new_bad = n_bad = 0
+        first_new_bad = worst = None  # (flat index, ...) of the first NaN/Inf and of the worst error
+        for lo in range(0, of.numel(), COMPARE_CHUNK):
+            o64 = of[lo:lo + COMPARE_CHUNK].to(torch.float64)
+            r64 = rf[lo:lo + COMPARE_CHUNK].to(device=o.device, dtype=torch.float64)
+            o_bad, r_bad = ~torch.isfinite(o64), ~torch.isfinite(r64)
+            if bool((o_bad & ~r_bad).any()):
+                new = o_bad & ~r_bad
+                n_new_bad += int(new.sum())
+                if first_new_bad is None:
+                    first_new_bad = lo + int(torch.nonzero(new)[0, 0])
+                continue
+            if bool((r_bad & ~o_bad).any()):
+                raise CheckFailure(f"output {i} is finite where the reference is NaN/Inf")
+            if bool(r_bad.any()):
+                same = (o64[r_bad] == r64[r_bad]) | (torch.isnan(o64[r_bad]) & torch.isnan(r64[r_bad]))
+                if not bool(same.all()):
+                    raise CheckFailure(f"output {i}: non-finite values differ from the reference's")
+            ok = ~r_bad
+            if not bool(ok.any()):
+                continue
+            diff = torch.where(ok, (o64 - r64).abs(), 0.0)
+            ref_abs = torch.where(ok, r64.abs(), 0.0)
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / ref_abs.clamp_min(1e-30)).max()))
+            excess = diff - (atol + rtol * ref_abs)
+            bad = excess > 0
+            if bool(bad.any()):
+                n_bad += int(bad.sum())
+                j = int(torch.argmax(excess))
+                if worst is None or float(excess[j]) > worst[0]:
+                    worst = (float(excess[j]), float(o64[j]), float(r64[j]))
+        if n_new_bad:
+            raise CheckFailure(f"output {i} has {n_new_bad} NaN/Inf value(s) where the reference is finite "
+                               f"(first at {_unravel(first_new_bad, o.shape)})")
+        if n_bad:
+            raise CheckFailure(f"output {i}: {n_bad} of {of.numel()} elements outside atol={atol:g} rtol={rtol:g} "
+                               f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}; worst got "
+                               f"{worst[1]:.6g}, expected {worst[2]:.6g})")
     return max_abs, max_rel
 
 
