@@ -387,6 +387,26 @@ def test_kb_run_score_list_resume_through_the_cli(home, run_cli, tmp_path):
     assert code == 0 and "fast_1.0" in out and "Degenerate" in out and "not the official KernelBench set" in out
 
 
+def test_score_counts_a_checkout_level_found_through_the_environment(home, tmp_path, monkeypatch):
+    """A run on a checkout named by $KERNELBENCH_PATH keeps its path: scored later without that
+    variable, the level still has both problems in fast_p's denominator, the un-attempted one too."""
+    from autokernel.kb.runner import kb_run
+    from autokernel.kb.score import score
+    from autokernel.store import Store
+    from autokernel.workspace import Workspace
+
+    root = make_checkout(tmp_path / "kb", {1: {"1_ReLU.py": RELU, "2_Linear_ReLU.py": LINEAR_RELU}})
+    monkeypatch.setenv("KERNELBENCH_PATH", str(root))
+    with Store(home.db) as store:
+        summary = kb_run(store, Workspace.open(home), level=1, ids=[1], source="checkout", size="tiny",
+                         experiments_per_problem=0)
+        assert json.loads(store.get_run(summary.run_id).config_json)["kb_path"] == str(root.resolve())
+        monkeypatch.delenv("KERNELBENCH_PATH")
+        lv = score(store, level=1)["levels"][0]
+    assert lv["problems"] == 2 and lv["attempted"] == 1 and lv["correct"] == 1
+    assert lv["fast_p_vs_eager"]["0.0"] <= 0.5
+
+
 def test_kb_errors_are_one_line(home, run_cli, monkeypatch):
     monkeypatch.delenv("KERNELBENCH_PATH", raising=False)
     code, out, err = run_cli("kb", "score")

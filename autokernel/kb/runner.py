@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from autokernel.errors import AutoKernelError, ConfigError, NotFoundError
-from autokernel.kb.problems import Problem, load_problems, resolve_size, resolve_source, source_label
+from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
 from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded
 from autokernel.proposers import make_proposer
 
@@ -164,6 +164,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
             raise ConfigError("--level is required (or --resume)")
         source = resolve_source(source, kb_path)
         size = resolve_size(size, source)
+        if source == "checkout" and not kb_path:
+            # the checkout $KERNELBENCH_PATH named: kept with the run, so that `kb score` later (that
+            # variable unset) still counts the level's un-attempted problems in fast_p's denominator
+            kb_path = checkout_root(None)
         run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
             "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None, "size": size,
             "experiments_per_problem": experiments_per_problem, "hours": hours, "llm_model": llm_model,
