@@ -62,6 +62,38 @@ def test_triton_shifted_stats(tmp_path, max_fused):
     assert torch.equal(mod.kernel_fn(x, w, b, eps), b.expand(5, 1000))
 
 
+@pytest.mark.parametrize("rows", [3, 7])
+def test_triton_few_long_rows_split_into_segments(tmp_path, monkeypatch, rows):
+    """Fewer rows than SPLIT_PROGRAMS and long: each row cut into segments whose statistics are
+    merged (KernelBench L1 40: 16 rows of 4M). Every adversarial scale, fp32 and bf16, a strided
+    view, constant rows, and both kernels launched with one segment grid per row."""
+    cfg = {"MAX_FUSED_COLS": 1024, "LOOP_BLOCK": 256, "SPLIT_PROGRAMS": 528}
+    mod = K.load("triton", cfg, tmp_path)
+    grids = []
+    real = mod._layernorm_segment_norm
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(tuple(grid))
+            return real[grid]
+
+    monkeypatch.setattr(mod, "_layernorm_segment_norm", Spy())
+    for dtype in (torch.float32, torch.bfloat16):
+        K.check_cases(mod, [({"rows": rows, "cols": 1900}, s) for s in SPEC.adversarial], dtype, K.gen(6))
+    assert set(grids) == {(rows, 8)}  # 1900 columns: 7 segments of 256 and one of 108
+    x, w, b, eps = K.inputs({"rows": rows, "cols": 1900}, torch.float32, "equal")
+    assert torch.equal(mod.kernel_fn(x, w, b, eps), b.expand(rows, 1900))
+    x, w, b, eps = K.inputs({"rows": rows, "cols": 3800}, torch.float32, "offset")
+    view, w, b = x[:, ::2], w[:1900], b[:1900]
+    torch.testing.assert_close(mod.kernel_fn(view, w, b, eps),
+                               F.layer_norm(view.double(), (1900,), w.double(), b.double(), eps).float(),
+                               atol=1e-4, rtol=1e-4)
+    (tmp_path / "off").mkdir()
+    off = K.load("triton", {**cfg, "SPLIT_PROGRAMS": 0}, tmp_path / "off")  # one program per row again
+    monkeypatch.setattr(off, "_layernorm_segment_norm", None)
+    torch.testing.assert_close(off.kernel_fn(view, w, b, eps), mod.kernel_fn(view, w, b, eps), atol=1e-4, rtol=1e-4)
+
+
 test_triton_strided_views = K.strided_views_test()
 test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=4096) + [{"STATS": "shifted"}])
 test_cuda_source_compiles = K.cuda_compile_test(other={"BLOCK_SIZE": 1024, "VEC_BYTES": 4, "SMEM_BYTES": 0})

@@ -2,8 +2,12 @@
 
 Rows up to MAX_FUSED_COLS are held in registers: x is read once and y is written once. Short rows
 are packed several to a program (tiles of at least TILE_ELEMS) so each program moves enough bytes;
-the warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks. fp32 statistics and
-math, one rounding per output. Any row and column strides; the output is contiguous.
+the warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks, one program per row,
+unless there are too few rows to fill the GPU (fewer than SPLIT_PROGRAMS, e.g. KernelBench's
+16 rows of 4M elements): then each row is cut into segments, a first kernel finds every segment's
+count, mean and sum of squared deviations, and a second merges a row's segments (Chan's formula)
+and writes its own segment. fp32 statistics and math, one rounding per output. Any row and column
+strides; the output is contiguous.
 
 STATS picks how the mean and variance are found:
 - "two_pass": the mean, then the variance of the centred values: two dependent reductions (in the
@@ -28,6 +32,8 @@ MAX_WARPS = 16
 TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
 LOOP_BLOCK = 4096  # chunk of the long-row path
 LOOP_WARPS = 8
+SPLIT_PROGRAMS = 528  # long rows: split them when fewer rows than this; aim for this many programs
+MAX_SEGMENTS = 1024
 STATS = "two_pass"
 
 SEARCH_SPACE = {
@@ -37,6 +43,7 @@ SEARCH_SPACE = {
     "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
     "LOOP_BLOCK": [1024, 2048, 4096, 8192],
     "LOOP_WARPS": [4, 8, 16],
+    "SPLIT_PROGRAMS": [0, 264, 528, 1056],
     "STATS": ["two_pass", "shifted"],
 }
 
@@ -119,6 +126,74 @@ def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, s
         tl.store(yr + c, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=m)
 
 
+@triton.jit
+def _layernorm_segment_stats(x_ptr, stats_ptr, cols, seg_len, segs, sxr, sxc, BLOCK: tl.constexpr):
+    """stats[row, seg] = (count, mean, sum of squared deviations from that mean) of one segment,
+    summed around the segment's first value so that a large offset does not cancel."""
+    row = tl.program_id(0).to(tl.int64)
+    seg = tl.program_id(1)
+    lo = seg.to(tl.int64) * seg_len
+    n = tl.minimum(cols - lo, seg_len)
+    xr = x_ptr + row * sxr + lo * sxc
+    shift = tl.load(xr).to(tl.float32)
+    acc = tl.zeros([BLOCK], tl.float32)
+    acc2 = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(xr + c * sxc, mask=c < n, other=0.0).to(tl.float32)
+        e = tl.where(c < n, x - shift, 0.0)
+        acc += e
+        acc2 += e * e
+    s1 = tl.sum(acc, axis=0)
+    nf = n.to(tl.float32)
+    m2 = tl.maximum(tl.sum(acc2, axis=0) - s1 * s1 / nf, 0.0)
+    out = stats_ptr + (row * segs + seg) * 3
+    tl.store(out, nf)
+    tl.store(out + 1, shift + s1 / nf)
+    tl.store(out + 2, m2)
+
+
+@triton.jit
+def _layernorm_segment_norm(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, cols, seg_len, segs, eps, sxr, sxc, sw, sb, syr,
+                            BLOCK: tl.constexpr, SEGS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    seg = tl.program_id(1)
+    i = tl.arange(0, SEGS)
+    st = stats_ptr + (row * segs + i) * 3
+    n_i = tl.load(st, mask=i < segs, other=0.0)
+    mean_i = tl.load(st + 1, mask=i < segs, other=0.0)
+    m2_i = tl.load(st + 2, mask=i < segs, other=0.0)
+    mean = tl.sum(n_i * mean_i, axis=0) / cols
+    dev = tl.where(i < segs, mean_i - mean, 0.0)
+    var = (tl.sum(m2_i, axis=0) + tl.sum(n_i * dev * dev, axis=0)) / cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    lo = seg.to(tl.int64) * seg_len
+    n = tl.minimum(cols - lo, seg_len)
+    xr = x_ptr + row * sxr + lo * sxc
+    yr = y_ptr + row * syr + lo
+    for start in range(0, n, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        m = c < n
+        x = tl.load(xr + c * sxc, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + (lo + c) * sw, mask=m, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + (lo + c) * sb, mask=m, other=0.0).to(tl.float32)
+        tl.store(yr + c, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def _split_rows(x, weight, bias, y, eps, args):
+    rows, cols = x.shape
+    segs = min(MAX_SEGMENTS, triton.cdiv(SPLIT_PROGRAMS, rows), triton.cdiv(cols, LOOP_BLOCK))
+    seg_len = triton.cdiv(triton.cdiv(cols, segs), LOOP_BLOCK) * LOOP_BLOCK
+    segs = triton.cdiv(cols, seg_len)
+    stats = torch.empty((rows, segs, 3), device=x.device, dtype=torch.float32)
+    _layernorm_segment_stats[(rows, segs)](x, stats, cols, seg_len, segs, args[0], args[1], BLOCK=LOOP_BLOCK,
+                                           num_warps=LOOP_WARPS)
+    _layernorm_segment_norm[(rows, segs)](x, weight, bias, y, stats, cols, seg_len, segs, float(eps), *args,
+                                          BLOCK=LOOP_BLOCK, SEGS=max(triton.next_power_of_2(segs), 2),
+                                          num_warps=LOOP_WARPS)
+    return y
+
+
 def kernel_fn(x, weight, bias, eps):
     rows, cols = x.shape
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
@@ -134,6 +209,8 @@ def kernel_fn(x, weight, bias, eps):
         _layernorm_fused[(triton.cdiv(rows, rows_per),)](
             x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
             num_warps=warps)
+    elif rows < SPLIT_PROGRAMS and cols >= 2 * LOOP_BLOCK:
+        _split_rows(x, weight, bias, y, eps, args)
     else:
         _layernorm_looped[(rows,)](x, weight, bias, y, cols, float(eps), *args,
                                    BLOCK=LOOP_BLOCK, SHIFTED=STATS == "shifted", num_warps=LOOP_WARPS)
