@@ -1,6 +1,6 @@
 """KernelBench initial solutions for the ops beyond the basic set: a run-time scalar forward
-argument, mish / softplus / hardswish / elu, LayerNorm over several trailing dims, a sum over a
-non-last dim, and scaled_dot_product_attention. Each small problem is written here, its
+argument, mish / softplus / hardswish / elu, LayerNorm over several trailing dims, a sum or a
+softmax over a non-last dim, and scaled_dot_product_attention. Each small problem is written here, its
 generated ModelNew run (CPU: the Triton interpreter) and compared with Model's output; the
 official KernelBench files these stand for (when a checkout is in .kb/) are only generated, not
 run: their sizes are for a GPU."""
@@ -202,6 +202,99 @@ def test_official_layernorm_and_sum_problems(home):
     assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "reduce", ["lib:sum"])
     assert "_kb_sum(x, 1, keepdim=True)" in sol.source
 
+
+# -- softmax over any dim ----------------------------------------------------------------------------
+
+def starter_rows(p, sol):
+    """The [rows, cols] shapes the softmax starter's kernel_fn was called with, running ModelNew
+    once more on the inputs (the module check() loaded, its kernel_fn wrapped)."""
+    from autokernel.kb.problems import load_source
+
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}")
+    real, calls = mod.kernel_fn, []
+
+    def spy(x):
+        calls.append(tuple(x.shape))
+        return real(x)
+
+    mod.kernel_fn = spy
+    try:
+        torch.manual_seed(0)
+        new = mod.ModelNew(*mod.get_init_inputs())
+        new(*mod.get_inputs())
+    finally:
+        mod.kernel_fn = real
+    return calls
+
+
+CONV_SOFTMAX_POOL = '''
+class Model(nn.Module):
+    def __init__(self, cin, cout, k, pool):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, cout, k)
+        self.pool1 = nn.MaxPool3d(pool)
+        self.pool2 = nn.MaxPool3d(pool)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.softmax(x, dim=1)
+        x = self.pool1(x)
+        x = self.pool2(x)
+        return x
+'''
+
+
+def test_conv3d_softmax_over_channels_runs_the_starter(home):
+    """L2 6 in small: the channels moved last with one copy, the starter on [N*D*H*W, C] rows, and
+    the result handed to the pools as a channels-last view (no copy back: no .view, not returned)."""
+    p = problem(CONV_SOFTMAX_POOL, "[torch.randn(2, 3, 10, 11, 12)]", "[3, 5, 3, 2]")
+    sol = check(p)
+    assert (sol.library, sol.replaced, sol.kept) == ("softmax", ["lib:softmax"], ["Conv3d", "MaxPool3d", "MaxPool3d"])
+    assert "_kb_softmax(v1, 1, contiguous=False)" in sol.source and "def _softmax_fused" in sol.source
+    assert starter_rows(p, sol) == [(2 * 8 * 9 * 10, 5)]
+
+
+@pytest.mark.parametrize("init, expr, shape, op, call, rows", [
+    ("", "torch.softmax(x, dim=-1)", (3, 5, 37), "softmax", "_kb_softmax(x, 2)", (15, 37)),
+    ("", "F.softmax(x, -1) * 2.0", (3, 5, 37), "softmax", "_kb_softmax(x, 2)", (15, 37)),
+    # returned as it is: copied back to the reference's layout
+    ("", "F.softmax(x, 0)", (37, 6), "softmax", "_kb_softmax(x, 0, contiguous=True)", (6, 37)),
+    ("", "x.softmax(dim=0) + 1.0", (37, 6), ".softmax", "_kb_softmax(x, 0, contiguous=False)", (6, 37)),
+    # a .view needs strides compatible with it: copied back
+    ("self.sm = nn.Softmax(dim=-2)", "self.sm(x).view(3, -1)", (3, 37, 4), "Softmax",
+     "_kb_softmax(x, 1, contiguous=True)", (12, 37)),
+], ids=["torch-last-3d", "F-last-3d", "F-dim0-2d-returned", "method-dim0-2d", "module-dim-2-view"])
+def test_softmax_over_any_dim(home, init, expr, shape, op, call, rows):
+    p = problem(f'''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init or "pass"}
+
+    def forward(self, x):
+        return {expr}
+''', f"[torch.randn{shape} * 3.0]")
+    sol = check(p)
+    assert sol.library == "softmax" and sol.replaced[0] == f"lib:{op}"
+    assert set(sol.kept) <= {".view"} and call in sol.source
+    assert starter_rows(p, sol) == [rows]
+
+
+def test_official_conv3d_softmax_problem(home):
+    """L2 6: a library start (it was torch-only, which the own-kernel check refuses), checked
+    against the reference at a small size."""
+    from dataclasses import replace
+
+    from autokernel.kb.solutions import KIND_LIBRARY, initial_solution
+
+    p = official(2, "6_Conv3d_Softmax_MaxPool_MaxPool.py")
+    sol = initial_solution(p)
+    assert (sol.kind, sol.library, sol.replaced) == (KIND_LIBRARY, "softmax", ["lib:softmax"])
+    assert "_kb_softmax(v1, 1, contiguous=False)" in sol.source
+    small = p.code.replace("batch_size = 128", "batch_size = 2").replace(
+        "depth, height, width = 16, 32, 32", "depth, height, width = 6, 8, 10")
+    assert small != p.code
+    check(replace(p, code=small))
 
 # -- scaled_dot_product_attention ------------------------------------------------------------------
 

@@ -4,10 +4,10 @@ The problem's Model is traced with torch.fx (shapes propagated on the meta devic
 large is allocated, and inputs made on "cuda" trace without a GPU) and its forward is re-emitted
 as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
-  (matmul / nn.Linear / bmm -> matmul, softmax, layer_norm (over any trailing dims), sum over one
-  dim -> reduce, cross_entropy, scaled_dot_product_attention -> flash_attention, or two bmm of
-  the matmul starter for head dims past the flash kernel's); one library starter per file (a
-  second, different one stays a torch op);
+  (matmul / nn.Linear / bmm -> matmul, softmax over one dim, layer_norm (over any trailing dims),
+  sum over one dim -> reduce, cross_entropy, scaled_dot_product_attention -> flash_attention, or
+  two bmm of the matmul starter for head dims past the flash kernel's); one library starter per
+  file (a second, different one stays a torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
   elu, exp, rsqrt, x**2, + - * / with a tensor, a constant or a run-time Python number, bias adds)
   calls one generic Triton elementwise kernel written here;

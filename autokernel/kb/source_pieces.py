@@ -1,6 +1,6 @@
 """The source pieces of a KernelBench starting solution: the generic elementwise Triton kernel
 (written here, for every floating-point elementwise op of a problem), the per-library helper
-functions that adapt a problem's call (bmm, linear with bias, last-dim softmax...) to a starter's
+functions that adapt a problem's call (bmm, linear with bias, softmax over any dim...) to a starter's
 kernel_fn, the entry functions of files without a library starter, and the starter's own source
 with its header stripped and the constants its valid_config reads inlined. solutions.py puts them
 together into one kernel file.
@@ -168,8 +168,19 @@ def _kb_sdpa_mm(q, k, v, causal=False, scale=None):
     return bmm(p, v.reshape(B * H, Sk, Dv)).reshape(B, H, S, Dv)
 ''',
     "softmax": '''
-def _kb_softmax(x):
-    return kernel_fn(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+def _kb_softmax(x, dim=-1, contiguous=False):
+    """softmax(x, dim) for one dim, as the row softmax of a [rows, x.shape[dim]] matrix."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if dim == x.dim() - 1:
+        return kernel_fn(x.reshape(-1, n)).reshape(x.shape)
+    # Moved last with a copy, as _kb_sum's rows: read in place, each row would be strided by the
+    # inner size (one element per row of a column, uncoalesced).
+    moved = x.movedim(dim, -1).contiguous()
+    y = kernel_fn(moved.reshape(-1, n)).reshape(moved.shape).movedim(-1, dim)
+    # y is a permuted view (dim 1 of NCDHW: channels-last strides), which torch ops take as it
+    # is; the generator asks for x's layout back only where a .view or the model's return needs it.
+    return y.contiguous() if contiguous else y
 ''',
     "layernorm": '''
 def _kb_layer_norm(x, weight, bias, eps):
