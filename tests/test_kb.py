@@ -404,6 +404,7 @@ def test_score_counts_a_checkout_level_found_through_the_environment(home, tmp_p
         monkeypatch.delenv("KERNELBENCH_PATH")
         lv = score(store, level=1)["levels"][0]
     assert lv["problems"] == 2 and lv["attempted"] == 1 and lv["correct"] == 1
+    assert [(p["problem_id"], p["attempted"]) for p in lv["per_problem"]] == [(1, True), (2, False)]
     assert lv["fast_p_vs_eager"]["0.0"] <= 0.5
 
 

@@ -192,7 +192,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("| id | name | correct | x eager | x compile | start | note |")
         lines.append("|---|---|---|---|---|---|---|")
         for p in lv["per_problem"]:
-            note = "degenerate" if p["degenerate"] else ((p["error"] or "")[:80].replace("|", "/"))
+            note = "degenerate" if p["degenerate"] else "not run" if not p["attempted"] else \
+                (p["error"] or "")[:80].replace("|", "/")
             lines.append(f"| {p['problem_id']} | {p['name']} | {'yes' if p['correct'] else 'no'} | "
                          f"{_num(p['speedup_vs_eager'])} | {_num(p['speedup_vs_compile'])} | {p['start'] or ''} | {note} |")
         lines.append("")

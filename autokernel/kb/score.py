@@ -111,13 +111,22 @@ def level_metrics(problems: list[dict], total: int) -> dict[str, Any]:
     return out
 
 
-def _level_total(source: str, level: int, size: str, kb_path: Optional[str], attempted: int) -> int:
+def _level_problems(source: str, level: int, kb_path: Optional[str]) -> Optional[list[tuple[int, str]]]:
+    """(id, name) of every problem of the level in its source, or None when the source is gone."""
     try:
         from autokernel.kb.problems import load_problems
 
-        return max(attempted, len(load_problems(source, kb_path, level=level, size="default")))
-    except Exception:  # the checkout or cache is gone: every problem we know of
-        return attempted
+        return [(p.problem_id, p.name) for p in load_problems(source, kb_path, level=level, size="default")]
+    except Exception:  # the checkout or cache is gone: the level is every problem we know of
+        return None
+
+
+def _not_run(source: str, size: str, level: int, problem_id: int, name: str) -> dict[str, Any]:
+    return {"kernel": None, "level": level, "problem_id": problem_id, "name": name, "source": source, "size": size,
+            "start": None, "degenerate": None, "attempted": False, "experiments": 0, "correct": False,
+            "latency_us": None, "eager_us": None, "compile_us": None, "speedup_vs_eager": None,
+            "speedup_vs_compile": None, "flagged": False, "device": None, "devices": [], "best_commit": None,
+            "best_experiment": None, "error": None}
 
 
 def score(store, level: int | None = None, source: str | None = None) -> dict[str, Any]:
@@ -151,11 +160,15 @@ def score(store, level: int | None = None, source: str | None = None) -> dict[st
     result = {"timing": timing,
               "devices": sorted(d for d in devices if d), "levels": []}
     for (src, size, lv), probs in sorted(groups.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2] or 0)):
-        total = _level_total(src, lv, size, kb_paths.get(src), len(probs))
+        listed = _level_problems(src, lv, kb_paths.get(src))
+        total = max(len(probs), len(listed or []))
         m = level_metrics(probs, total)
         label = source_label(src)
+        seen = {p["problem_id"] for p in probs}
+        # problems of the level no run reached: in the table as "not run" (already in the denominator)
+        rows = probs + [_not_run(src, size, lv, i, n) for i, n in listed or [] if i not in seen]
         m.update(source=src, source_label=label + ("" if size == "default" else f" (size {size})"), level=lv,
-                 size=size, per_problem=sorted(probs, key=lambda p: p["problem_id"] or 0))
+                 size=size, per_problem=sorted(rows, key=lambda p: p["problem_id"] or 0))
         result["levels"].append(m)
     return result
 
