@@ -1,6 +1,7 @@
 """reduce: spec facts (O(1) row sums at every length, a tolerance that rejects 16-bit
 accumulation), the Triton starter against the float64 reference (interpreter on CPU, real GPU
-when present) including the split-row path, the CUDA starter's compile check and, on the GPU,
+when present) including the split-row path, its sum_dim entry (torch.sum / torch.mean over any
+dim, adjacent dims or all) against torch, the CUDA starter's compile check and, on the GPU,
 every default shape and dtype for both backends.
 
 Run as a script on a GPU (`python tests/test_kernels_reduce.py [--sweep]`) it times both starters
@@ -71,7 +72,8 @@ def test_tolerance_rejects_16_bit_accumulation():
 
 
 def test_starter_file_format():
-    K.assert_starter_file("triton", {"BLOCK_C", "TILE", "NUM_WARPS", "MIN_PROGRAMS"})
+    kf = K.assert_starter_file("triton", {"BLOCK_C", "TILE", "NUM_WARPS", "MIN_PROGRAMS", "INNER_BLOCK", "COL_TILE"})
+    assert load_starter("triton").valid_config(dict(kf.config))
 
 
 test_triton_matches_reference = K.correctness_test(backend="triton", shapes=SPEC.small_shapes + SPEC.edge_shapes,
@@ -90,6 +92,91 @@ def test_triton_strided_and_split_rows_are_deterministic(triton_mod, dtype):
     wide = torch.randn(5, 2 * 700 + 1, generator=gen, device=DEVICE).to(dtype)
     sl = wide[:, 1::2]
     check(triton_mod.kernel_fn(sl), (sl,), dtype)
+
+
+# ---------------------------------------------------------------- sum_dim: any dim, read in place
+
+def sum_dim_calls(mod, monkeypatch):
+    """The segment counts of sum_dim's column launches (one launch: no split; a split launches
+    the partial sums, then their sum)."""
+    real, calls = mod._launch_cols, []
+
+    def spy(x3, out, n_seg, *args):
+        calls.append(n_seg)
+        return real(x3, out, n_seg, *args)
+
+    monkeypatch.setattr(mod, "_launch_cols", spy)
+    return calls
+
+
+def check_sum_dim(mod, x, dim, keepdim=False, mean=False):
+    out = mod.sum_dim(x, dim, keepdim, mean)
+    ref = x.double().mean(dim, keepdim=keepdim) if mean else x.double().sum(dim, keepdim=keepdim)
+    assert out.shape == ref.shape and out.dtype == x.dtype
+    atol, rtol = SPEC.tolerance(x.dtype)
+    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape, dim, keepdim, segments", [
+    ((3, 37, 10), 0, False, [1]),  # R = 3: one tile of rows, no split
+    ((3, 37, 10), 1, True, [1]),  # one [64, 16] tile
+    ((3, 300, 10), 1, True, [2, 1]),  # R = 2 tiles of 256 rows, 3 programs: split in two
+    ((3, 37, 10), 2, False, []),  # the last dim: the row kernel
+    ((2, 700, 130), 1, False, [22, 1]),  # inner 130: a full block of 128 and a ragged one of 2
+    ((2, 700, 130), 0, True, [1]),
+    ((2, 700, 130), -1, True, []),
+    ((5, 4, 300), 1, False, [1]),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_sum_dim_matches_torch_sum(triton_mod, monkeypatch, dtype, shape, dim, keepdim, segments):
+    """Each dim of a 3-D x reduced in place ([outer, R, inner] tiles, coalesced along inner), the R
+    split into segments when too few programs would run, bitwise the same on a second call."""
+    calls = sum_dim_calls(triton_mod, monkeypatch)
+    x = torch.randn(shape, generator=K.gen(13), device=DEVICE).to(dtype)
+    out = check_sum_dim(triton_mod, x, dim, keepdim)
+    assert calls == segments
+    assert torch.equal(out, triton_mod.sum_dim(x, dim, keepdim))
+
+
+def test_sum_dim_mean_adjacent_dims_all_and_views(triton_mod):
+    """mean divides in fp32 before rounding: an fp16 mean whose sum would overflow fp16 is finite;
+    adjacent dims as one R; all of x as one row (split into segments when long); strided views;
+    empty reductions (sum 0, mean nan, as torch)."""
+    mod = triton_mod
+    gen = K.gen(14)
+    x = torch.randn(4, 6, 5, 7, generator=gen, device=DEVICE)
+    for dim in ((1, 2), (2, 3), (0, 1, 2), 3, -3):
+        for mean in (False, True):
+            check_sum_dim(mod, x, dim, keepdim=mean, mean=mean)
+    big = torch.full((3, 4096, 2), 60000.0, dtype=torch.float16, device=DEVICE)
+    assert torch.equal(mod.sum_dim(big, 1, mean=True), torch.full((3, 2), 60000.0, dtype=torch.float16))
+    assert torch.equal(mod.sum_dim(big, None, mean=True), torch.tensor(60000.0, dtype=torch.float16))
+    long = torch.randn(9000, generator=gen, device=DEVICE)  # 5 chunks of one row: split
+    for mean in (False, True):
+        out = mod.sum_dim(long, None, mean=mean)
+        assert out.shape == ()
+        torch.testing.assert_close(out.double(), long.double().mean() if mean else long.double().sum(),
+                                   atol=1e-4, rtol=1e-4)
+    check_sum_dim(mod, torch.randn(3, 2, 4, generator=gen, device=DEVICE), None, keepdim=True)
+    # strided views read as they are: every other inner column, and x permuted (inner stride 24)
+    check_sum_dim(mod, torch.randn(4, 6, 14, generator=gen, device=DEVICE)[:, :, ::2], 1)
+    check_sum_dim(mod, torch.randn(7, 6, 4, generator=gen, device=DEVICE).permute(2, 1, 0), 1)
+    check_sum_dim(mod, x.transpose(0, 2)[:, 1:], 1, mean=True)  # no [outer, R, inner] view: one copy
+    assert torch.equal(mod.sum_dim(torch.empty(0, 3, device=DEVICE), 0), torch.zeros(3))
+    assert torch.isnan(mod.sum_dim(torch.empty(0, 3, device=DEVICE), 0, mean=True)).all()
+    assert mod.sum_dim(torch.empty(3, 0, 2, device=DEVICE), 0).shape == (0, 2)
+
+
+def test_sum_dim_at_other_configs(tmp_path):
+    """Narrow column blocks and small tiles (many column blocks, many segments), and no split."""
+    x = torch.randn(3, 301, 77, generator=K.gen(15), device=DEVICE)
+    for cfg in ({"INNER_BLOCK": 32, "COL_TILE": 1024, "NUM_WARPS": 2, "MIN_PROGRAMS": 264},
+                {"INNER_BLOCK": 512, "COL_TILE": 16384, "NUM_WARPS": 16, "MIN_PROGRAMS": 264}):
+        mod = K.load("triton", cfg, tmp_path)
+        assert mod.valid_config({**{k: getattr(mod, k) for k in mod.SEARCH_SPACE}, **cfg})
+        for dim in (0, 1):
+            check_sum_dim(mod, x, dim, mean=dim == 1)
 
 
 test_triton_other_configs_stay_correct = K.other_configs_test(

@@ -174,8 +174,8 @@ def _kb_softmax(x, dim=-1, contiguous=False):
     n = x.shape[dim]
     if dim == x.dim() - 1:
         return kernel_fn(x.reshape(-1, n)).reshape(x.shape)
-    # Moved last with a copy, as _kb_sum's rows: read in place, each row would be strided by the
-    # inner size (one element per row of a column, uncoalesced).
+    # Moved last with a copy: read in place, each row would be strided by the inner size (one
+    # element per row of a column, uncoalesced).
     moved = x.movedim(dim, -1).contiguous()
     y = kernel_fn(moved.reshape(-1, n)).reshape(moved.shape).movedim(-1, dim)
     # y is a permuted view (dim 1 of NCDHW: channels-last strides), which torch ops take as it
@@ -189,19 +189,9 @@ def _kb_layer_norm(x, weight, bias, eps):
     return kernel_fn(x.reshape(-1, cols), weight.reshape(-1), bias.reshape(-1), eps).reshape(x.shape)
 ''',
     "reduce": '''
-def _kb_sum(x, dim, keepdim=False):
-    """torch.sum(x, dim, keepdim) for one dim, as the row sums of a [rows, x.shape[dim]] matrix."""
-    dim = dim % x.dim()
-    n = x.shape[dim]
-    if dim == x.dim() - 1:
-        rows = x.reshape(-1, n)
-    else:
-        # Moved last with a copy: a strided view (stride_c = the inner size) would make every
-        # program read one element per row of a column, uncoalesced; the copy costs one extra
-        # read and write of x but keeps the reduce reading contiguous rows.
-        rows = x.movedim(dim, -1).reshape(-1, n)
-    y = kernel_fn(rows)
-    return y.reshape(*x.shape[:dim], *((1,) if keepdim else ()), *x.shape[dim + 1:])
+def _kb_sum(x, dim=None, keepdim=False):
+    """torch.sum(x, dim, keepdim) over one dim, adjacent dims or all of x (None), x read in place."""
+    return sum_dim(x, dim, keepdim)
 ''',
     "flash_attention": '''
 def _kb_sdpa(q, k, v, causal=False, scale=None):
