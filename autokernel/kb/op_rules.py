@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import operator
 
-from autokernel.kb.source_pieces import BINARY, ELU, HARDSWISH, MISH, REVERSED, SOFTPLUS, UNARY, starter_constant
+from autokernel.kb.source_pieces import (BINARY, CLAMP, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED, SMOOTH_L1,
+                                         SOFTPLUS, UNARY, starter_constant)
 
 _INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
 
@@ -51,7 +52,7 @@ def _fn_name(target) -> str | None:
         for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
-                     "hardswish", "elu", "scaled_dot_product_attention"):
+                     "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -117,11 +118,14 @@ def main_op(gm) -> str | None:
                 found.append("flash_attention" if sdpa["flash"] else "matmul")
                 continue
             found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
-                          "softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
+                          "softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce", "mean": "reduce",
                           "cross_entropy": "cross_entropy"}.get(name))
     found = [f for f in found if f]
     if "matmul" in found:
         return "matmul"
+    # a sum or mean next to another library op is most often its small tail (a mean after a
+    # softmax, a row sum of its output): the other op gets the starter
+    found.sort(key=lambda f: f == "reduce")
     return found[0] if found else None
 
 
@@ -165,6 +169,24 @@ class OpRules:
             return f"_kb_softmax({self.fmt(x)}, {dim})"
         # a non-last dim comes back as a permuted view: copied to x's layout only where that matters
         return f"_kb_softmax({self.fmt(x)}, {dim}, contiguous={_needs_layout(node)})"
+
+    def reduce_call(self, name: str, x, rest, kw) -> str | None:
+        """_kb_sum / _kb_mean over one dim, a run of adjacent dims, or all of x (dim None)."""
+        allk = dict(zip(("dim", "keepdim"), rest), **kw)
+        dim, keepdim = allk.get("dim"), allk.get("keepdim", False)
+        nd = max(_ndim(x) or 0, 1)  # a 0-dim tensor takes dim 0 and -1
+        if set(allk) - {"dim", "keepdim", "dtype"} or allk.get("dtype") not in (None, x.meta["tensor_meta"].dtype) \
+                or not isinstance(keepdim, bool):
+            return None
+        if dim is not None:
+            dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (list, tuple)) else []
+            if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -nd <= d < nd for d in dims):
+                return None
+            dims = sorted(d % nd for d in dims)
+            if dims != list(range(dims[0], dims[-1] + 1)):  # not one [outer, R, inner] view of x
+                return None
+            dim = dims[0] if len(dims) == 1 else tuple(dims)
+        return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
     def replacement(self, node) -> str | None:
         import torch.nn as nn
@@ -231,6 +253,16 @@ class OpRules:
             if set(allk) <= {"beta", "threshold"} and _is_number(beta) and beta and _is_number(threshold):
                 return self.ew_unary(SOFTPLUS, x, float(beta), float(threshold))
             return None
+        if name == "smooth_l1_loss":  # reduction="none" (rewrites.py splits the reduced ones)
+            allk = dict(zip(("target", "size_average", "reduce", "reduction", "beta"), rest), **kw2)
+            t, beta = allk.get("target"), allk.get("beta", 1.0)
+            if set(allk) <= {"target", "size_average", "reduce", "reduction", "beta"} \
+                    and allk.get("reduction") == "none" and allk.get("size_average") is None \
+                    and allk.get("reduce") is None and _is_number(beta) and beta >= 0 and _is_float_tensor(x) \
+                    and _is_float_tensor(t) and x.meta["tensor_meta"].shape == t.meta["tensor_meta"].shape:
+                self.last_ew = (SMOOTH_L1, x, t, float(beta), 0.0)
+                return f"_kb_ew({SMOOTH_L1}, {self.fmt(x)}, {self.fmt(t)}, {float(beta)!r})"
+            return None
         if name == "elu":
             allk = dict(zip(("alpha", "inplace"), rest), **kw2)
             if set(allk) <= {"alpha", "inplace"} and not allk.get("inplace") and _is_number(allk.get("alpha", 1.0)):
@@ -252,8 +284,14 @@ class OpRules:
             if name == "relu6":
                 lo, hi = 0.0, 6.0
                 allk.pop("inplace", None)
-            if set(allk) <= set(keys) and not allk.get("inplace") and _is_number(lo) and _is_number(hi):
-                return self.ew_unary(18, x, float(lo), float(hi))
+            if not set(allk) <= set(keys) or allk.get("inplace"):
+                return None
+            if _is_number(lo) and _is_number(hi):
+                return self.ew_unary(CLAMP, x, float(lo), float(hi))
+            # one bound (the hinge loss's clamp(min=0)): a max or min with a scalar; an infinite
+            # other bound would not fuse (the fused kernels take finite constants only)
+            if name == "clamp" and (lo is None) != (hi is None) and _is_number(lo if hi is None else hi):
+                return self.ew_unary(MAXIMUM if hi is None else MINIMUM, x, float(lo if hi is None else hi))
             return None
         if name in BINARY and len(rest) == 1 and not kw2:
             return self.ew_binary(BINARY[name], x, rest[0])
@@ -278,15 +316,8 @@ class OpRules:
                     and len(ns) >= 1:
                 return (f"_kb_layer_norm({self.fmt(x)}, {self.fmt(allk['weight'])}, {self.fmt(allk['bias'])}, "
                         f"{self.fmt(allk.get('eps', 1e-5))})")
-        if self.main == "reduce" and name == "sum" and _is_float_tensor(x):
-            allk = dict(zip(("dim", "keepdim"), rest), **kw2)
-            dim = allk.get("dim")
-            if isinstance(dim, (list, tuple)) and len(dim) == 1:
-                dim = dim[0]
-            nd = _ndim(x) or 0
-            if isinstance(dim, int) and -nd <= dim < nd and set(allk) <= {"dim", "keepdim"} \
-                    and isinstance(allk.get("keepdim", False), bool):
-                return f"_kb_sum({self.fmt(x)}, {dim % nd}, keepdim={bool(allk.get('keepdim', False))})"
+        if self.main == "reduce" and name in ("sum", "mean") and _is_float_tensor(x):
+            return self.reduce_call(name, x, rest, kw2)
         sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
         # with the matmul starter for other ops, an attention the flash kernel would take stays
         # torch's fused one: the bmm-softmax-bmm path is only for what neither covers

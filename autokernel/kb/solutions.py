@@ -5,13 +5,14 @@ large is allocated, and inputs made on "cuda" trace without a GPU) and its forwa
 as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax over one dim, layer_norm (over any trailing dims),
-  sum over one dim -> reduce, cross_entropy, scaled_dot_product_attention -> flash_attention, or
-  two bmm of the matmul starter for head dims past the flash kernel's); one library starter per
-  file (a second, different one stays a torch op);
+  sum / mean over one dim, adjacent dims or all -> reduce (losses: their per-element part is
+  elementwise, see rewrites.py), cross_entropy, scaled_dot_product_attention -> flash_attention,
+  or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
+  per file (a second, different one stays a torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
-  elu, exp, rsqrt, x**2, + - * / with a tensor, a constant or a run-time Python number, bias adds)
-  calls one generic Triton elementwise kernel written here;
-- everything else stays the torch op it was (reshapes, means, max...).
+  elu, exp, rsqrt, x**2, clamp, smooth_l1, + - * / with a tensor, a constant or a run-time Python
+  number, bias adds) calls one generic Triton elementwise kernel written here;
+- everything else stays the torch op it was (reshapes, max...).
 
 When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
 the reference's forward itself: correct, but it launches no kernel of its own, so the judge's
@@ -25,12 +26,12 @@ tunes it like any other kernel.
 from __future__ import annotations
 
 import builtins
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from autokernel.kb.problems import Problem
 from autokernel.kb.op_rules import OpRules, main_op
+from autokernel.kb.rewrites import rewrite
 from autokernel.kb.source_pieces import (
     EW_ONLY_ENTRY,
     EW_SOURCE,
@@ -351,6 +352,8 @@ def _meta_mode():
                 kwargs["device"] = "meta"
             if func is torch.Tensor.cuda:
                 return args[0].to("meta")
+            if func is torch._is_all_true:  # torch.distributions' argument checks: no values on meta
+                return True
             if func is torch.Tensor.to:
                 args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
@@ -370,33 +373,9 @@ def _trace(problem: Problem):
         model = mod.Model(*mod.get_init_inputs())
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
     gm = fx.symbolic_trace(model)
-    _split_linear_bias(gm)
+    rewrite(gm)
     ShapeProp(gm).propagate(*inputs)
     return gm
-
-
-def _split_linear_bias(gm) -> None:
-    """nn.Linear(x) -> F.linear(x, weight) + bias: the same values, and the bias add becomes an
-    elementwise op that fuses with the epilogue after it (bias + ReLU + ... in one kernel)."""
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    for node in list(gm.graph.nodes):
-        if node.op != "call_module" or node.kwargs or len(node.args) != 1:
-            continue
-        mod = gm.get_submodule(node.target)
-        if type(mod) is not nn.Linear:
-            continue
-        with gm.graph.inserting_before(node):
-            w = gm.graph.get_attr(f"{node.target}.weight")
-            mm = gm.graph.call_function(F.linear, (node.args[0], w))
-            out = mm
-            if mod.bias is not None:
-                b = gm.graph.get_attr(f"{node.target}.bias")
-                out = gm.graph.call_function(operator.add, (mm, b))
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
-    gm.recompile()
 
 
 def _fp32(gm) -> bool:

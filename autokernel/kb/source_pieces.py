@@ -36,6 +36,13 @@ def _kb_mish(x):
 
 
 @triton.jit
+def _kb_smooth_l1(d, beta):
+    # F.smooth_l1_loss per element of d = input - target; beta == 0 selects |d| (torch's l1_loss)
+    ad = tl.abs(d)
+    return tl.where(ad < beta, 0.5 * d * d / beta, ad - 0.5 * beta)
+
+
+@triton.jit
 def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
                   BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -100,8 +107,10 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr
         r = _kb_softplus(x, alpha, beta)
     elif OP == 25:  # hardswish
         r = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
-    else:  # elu(alpha)
+    elif OP == 26:  # elu(alpha)
         r = tl.where(x > 0.0, x, alpha * (tl.exp(x) - 1.0))
+    else:  # smooth_l1(x - y, beta=alpha)
+        r = _kb_smooth_l1(x - y, alpha)
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -192,6 +201,10 @@ def _kb_layer_norm(x, weight, bias, eps):
 def _kb_sum(x, dim=None, keepdim=False):
     """torch.sum(x, dim, keepdim) over one dim, adjacent dims or all of x (None), x read in place."""
     return sum_dim(x, dim, keepdim)
+
+
+def _kb_mean(x, dim=None, keepdim=False):
+    return sum_dim(x, dim, keepdim, mean=True)
 ''',
     "flash_attention": '''
 def _kb_sdpa(q, k, v, causal=False, scale=None):
@@ -219,7 +232,8 @@ def kernel_fn(*args):
 
 UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
          "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25}
-MISH, SOFTPLUS, HARDSWISH, ELU = 23, 24, 25, 26
+MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1 = 23, 24, 25, 26, 27
+MAXIMUM, MINIMUM, CLAMP = 16, 17, 18
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
 REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
 
@@ -252,6 +266,7 @@ OP_EXPR = {
     24: "_kb_softplus({x}, {a}, {b})",
     25: "{x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
     26: "tl.where({x} > 0.0, {x}, {a} * (tl.exp({x}) - 1.0))",
+    27: "_kb_smooth_l1({x} - {y}, {a})",
 }
 
 
