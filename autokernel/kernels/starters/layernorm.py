@@ -86,6 +86,20 @@ def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, 
 
 
 @triton.jit
+def _shifted_sums(xr, n, sxc, shift, BLOCK: tl.constexpr):
+    """(sum of d, sum of d^2) over the first n values of a row, d = x - shift."""
+    acc = tl.zeros([BLOCK], tl.float32)
+    acc2 = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        x = tl.load(xr + c * sxc, mask=c < n, other=0.0).to(tl.float32)
+        e = tl.where(c < n, x - shift, 0.0)
+        acc += e
+        acc2 += e * e
+    return tl.sum(acc, axis=0), tl.sum(acc2, axis=0)
+
+
+@triton.jit
 def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, syr, BLOCK: tl.constexpr,
                       SHIFTED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -94,16 +108,10 @@ def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, s
     acc = tl.zeros([BLOCK], tl.float32)
     if SHIFTED:
         shift = tl.load(xr).to(tl.float32)
-        acc2 = tl.zeros([BLOCK], tl.float32)
-        for start in range(0, cols, BLOCK):
-            c = start + tl.arange(0, BLOCK)
-            x = tl.load(xr + c * sxc, mask=c < cols, other=0.0).to(tl.float32)
-            e = tl.where(c < cols, x - shift, 0.0)
-            acc += e
-            acc2 += e * e
-        mean_e = tl.sum(acc, axis=0) / cols
+        s1, s2 = _shifted_sums(xr, cols, sxc, shift, BLOCK)
+        mean_e = s1 / cols
         mean = shift + mean_e
-        var = tl.maximum(tl.sum(acc2, axis=0) / cols - mean_e * mean_e, 0.0)
+        var = tl.maximum(s2 / cols - mean_e * mean_e, 0.0)
     else:
         for start in range(0, cols, BLOCK):
             c = start + tl.arange(0, BLOCK)
@@ -136,17 +144,9 @@ def _layernorm_segment_stats(x_ptr, stats_ptr, cols, seg_len, segs, sxr, sxc, BL
     n = tl.minimum(cols - lo, seg_len)
     xr = x_ptr + row * sxr + lo * sxc
     shift = tl.load(xr).to(tl.float32)
-    acc = tl.zeros([BLOCK], tl.float32)
-    acc2 = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, n, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        x = tl.load(xr + c * sxc, mask=c < n, other=0.0).to(tl.float32)
-        e = tl.where(c < n, x - shift, 0.0)
-        acc += e
-        acc2 += e * e
-    s1 = tl.sum(acc, axis=0)
+    s1, s2 = _shifted_sums(xr, n, sxc, shift, BLOCK)
     nf = n.to(tl.float32)
-    m2 = tl.maximum(tl.sum(acc2, axis=0) - s1 * s1 / nf, 0.0)
+    m2 = tl.maximum(s2 - s1 * s1 / nf, 0.0)
     out = stats_ptr + (row * segs + seg) * 3
     tl.store(out, nf)
     tl.store(out + 1, shift + s1 / nf)
