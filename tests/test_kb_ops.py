@@ -1,10 +1,10 @@
 """KernelBench initial solutions for the ops beyond the basic set: a run-time scalar forward
 argument, mish / softplus / hardswish / elu, LayerNorm over several trailing dims, a sum or a
-softmax over a non-last dim, means and full sums, the MSE / Huber / hinge losses, and
-scaled_dot_product_attention. Each small problem is written here, its
-generated ModelNew run (CPU: the Triton interpreter) and compared with Model's output; the
-official KernelBench files these stand for (when a checkout is in .kb/) are only generated, not
-run: their sizes are for a GPU."""
+softmax over a non-last dim, means and full sums, the MSE / Huber / hinge losses, cumsum /
+cumprod (the generated scan kernel: reversed, masked, exclusive) and scaled_dot_product_attention.
+Each small problem is written here, its generated ModelNew run (CPU: the Triton interpreter) and
+compared with Model's output; the official KernelBench files these stand for (when a checkout is
+in .kb/) are only generated, not run: their sizes are for a GPU."""
 
 from __future__ import annotations
 
@@ -399,6 +399,106 @@ def test_official_conv3d_softmax_problem(home):
         "depth, height, width = 16, 32, 32", "depth, height, width = 6, 8, 10")
     assert small != p.code
     check(replace(p, code=small))
+
+# -- cumsum / cumprod: the generated row-scan kernel --------------------------------------------------
+
+SCAN = '''
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, {args}):
+        return {expr}
+'''
+
+
+@pytest.mark.parametrize("expr, inputs, dim, replaced, call", [
+    # L1 89: 3000 columns, two chunks of SCAN_BLOCK (2048) and a ragged last one
+    ("torch.cumsum(x, dim=self.dim)", "torch.rand(4, 3000)", 1, ["scan:cumsum"], "_kb_scan(x, 1)"),
+    # a non-last dim, moved last with one copy; returned: copied back to the reference's layout
+    ("torch.cumsum(x, dim=self.dim)", "torch.randn(300, 6)", 0, ["scan:cumsum"], "_kb_scan(x, 0, contiguous=True)"),
+    ("x.cumsum(self.dim) * 2.0", "torch.randn(3, 37, 5)", 1, ["scan:.cumsum", "ew:mul"],
+     "_kb_scan(x, 1, contiguous=False)"),
+    ("torch.cumsum(x, -2)", "torch.randn(3, 37, 5)", 1, ["scan:cumsum"], "_kb_scan(x, 1, contiguous=True)"),
+    # L1 90: values near 1, so the product of 3000 stays finite
+    ("torch.cumprod(x, dim=self.dim)", "torch.rand(4, 3000) * 0.002 + 0.999", 1, ["scan:cumprod"],
+     "_kb_scan(x, 1, prod=True)"),
+    ("x.cumprod(self.dim)", "torch.rand(200, 7) + 0.5", 0, ["scan:.cumprod"],
+     "_kb_scan(x, 0, prod=True, contiguous=True)"),
+    # L1 91: flip -> cumsum -> flip over the same dim is one reversed scan
+    ("torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)", "torch.rand(4, 3000)", 1,
+     ["scan:.flip", "scan:cumsum", "scan:.flip"], "_kb_scan(x, 1, reverse=True)"),
+    ("torch.flip(torch.cumsum(torch.flip(x, [self.dim]), self.dim), dims=(self.dim,))", "torch.randn(300, 5)", 0,
+     ["scan:flip", "scan:cumsum", "scan:flip"], "_kb_scan(x, 0, reverse=True, contiguous=True)"),
+], ids=["cumsum-dim1-ragged", "cumsum-dim0-returned", "method-cumsum-middle-3d", "cumsum-middle-3d-returned",
+        "cumprod-dim1", "method-cumprod-dim0", "reverse-cumsum", "reverse-cumsum-torch-flip-dim0"])
+def test_cumsum_cumprod_run_the_scan_kernel(home, expr, inputs, dim, replaced, call):
+    from autokernel.kb.solutions import KIND_SCAN
+
+    sol = check(problem(SCAN.format(args="x", expr=expr), f"[{inputs}]", f"[{dim}]"))
+    assert (sol.kind, sol.library, sol.kept) == (KIND_SCAN, None, [])
+    assert sol.replaced == replaced
+    assert call in sol.source and "def _kb_scan_kernel" in sol.source
+
+
+def test_masked_cumsum_fuses_the_mask_as_a_prologue(home):
+    """L1 93: x * mask (bool) is read inside the scan, never written out; the ew op before it and
+    the add after it stay elementwise kernels."""
+    p = problem(SCAN.format(args="x, mask", expr="torch.cumsum(torch.relu(x) * mask, dim=self.dim) + 1.0"),
+                "[torch.rand(4, 3000) - 0.2, torch.randint(0, 2, (4, 3000)).bool()]", "[1]")
+    sol = check(p)
+    assert sol.replaced == ["ew:relu", "scan:mul", "scan:cumsum", "ew:add"] and not sol.kept
+    assert "_kb_scan(v2, 1, mask=mask)" in sol.source
+
+
+def test_scan_in_small_chunks_and_short_rows_packed(home):
+    """SCAN_BLOCK / SCAN_TILE are the file's tunables: at 64 / 256 the rows of 1000 take 16 chunks
+    (the last one ragged) and the rows of 20 (a slice, read in place) share one program."""
+    from autokernel.kb.problems import load_source
+    from autokernel.kernelfile import parse_source
+
+    p = problem(SCAN.format(args="x, y, mask", expr=(
+        "torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim), torch.cumprod(y, self.dim), "
+        "torch.cumsum(x * mask, self.dim), torch.cumsum(y[:, :20], self.dim)")),
+        "[torch.rand(5, 1000), torch.rand(5, 1000) * 0.02 + 0.99, torch.rand(5, 1000) > 0.5]", "[1]")
+    sol = check(p)
+    assert {"SCAN_BLOCK", "SCAN_TILE", "SCAN_WARPS"} <= set(parse_source(sol.source).search_space)
+    src = sol.source.replace("SCAN_BLOCK = 2048", "SCAN_BLOCK = 64").replace("SCAN_TILE = 4096", "SCAN_TILE = 256")
+    assert "SCAN_BLOCK = 64" in src and "SCAN_TILE = 256" in src
+    mod = load_source(src, f"kb_op_test_small_{p.code_hash}")
+    torch.manual_seed(0)
+    inputs = mod.get_inputs()
+    for got, want in zip(mod.ModelNew(1)(*inputs), mod.Model(1)(*inputs)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_cumsum_of_ints_or_with_a_cast_stays_torch(home):
+    """torch.cumsum of an int tensor gives int64, and dtype= casts first: left to torch."""
+    from autokernel.kb.solutions import KIND_TORCH, initial_solution
+
+    for inputs, expr in (("torch.randint(0, 9, (4, 30))", "torch.cumsum(x, self.dim)"),
+                         ("torch.rand(4, 30)", "torch.cumsum(x, self.dim, dtype=torch.float64)")):
+        sol = initial_solution(problem(SCAN.format(args="x", expr=expr), f"[{inputs}]", "[1]"))
+        assert sol.kind == KIND_TORCH and sol.kept == ["cumsum"]
+
+
+def test_official_exclusive_cumsum_problem(home):
+    """L1 92: the cat of zeros and the narrowing stay torch ops; the cumsum reads the narrowed
+    rows in place. Checked against the reference at a small size."""
+    from dataclasses import replace
+
+    from autokernel.kb.solutions import KIND_SCAN, initial_solution
+
+    p = official(1, "92_cumsum_exclusive.py")
+    sol = initial_solution(p)
+    assert (sol.kind, sol.replaced) == (KIND_SCAN, ["scan:cumsum"])
+    assert "cat" in sol.kept and "_kb_scan(v6, 1)" in sol.source
+    small = p.code.replace("batch_size = 32768", "batch_size = 5").replace("input_shape = (32768,)",
+                                                                           "input_shape = (3000,)")
+    assert small != p.code
+    check(replace(p, code=small))
+
 
 # -- scaled_dot_product_attention ------------------------------------------------------------------
 

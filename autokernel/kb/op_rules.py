@@ -1,7 +1,8 @@
 """Which traced op becomes which kernel call: the rules that map a torch.fx node (a module call,
 a function or a method) to the expression that replaces it in ModelNew's forward: a library
-starter's helper for the problem's main op, or the generic elementwise kernel `_kb_ew`. A rule
-returns None when the call has arguments it does not cover; the op then stays a torch op.
+starter's helper for the problem's main op, the generic elementwise kernel `_kb_ew`, or the
+generated scan kernel `_kb_scan` (cumsum / cumprod). A rule returns None when the call has
+arguments it does not cover; the op then stays a torch op.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _fn_name(target) -> str | None:
         for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "add",
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
-                     "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss"):
+                     "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
+                     "cumprod", "flip"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -72,6 +74,71 @@ def _needs_layout(node) -> bool:
             return True
         todo.extend(n.users)
     return False
+
+
+def _name(node) -> str | None:
+    if node.op == "call_method":
+        return node.target
+    return _fn_name(node.target) if node.op == "call_function" else None
+
+
+def _flip_dim(node, nd: int) -> int | None:
+    """The one dim a flip node flips (x.flip(1), torch.flip(x, [1])), else None."""
+    if not hasattr(node, "op") or _name(node) != "flip" or len(node.args) < 1 or _ndim(node.args[0]) != nd:
+        return None
+    dims = list(node.args[1:]) if node.op == "call_method" else list(node.args[1:2])
+    dims = dims or [node.kwargs.get("dims")]
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = list(dims[0])
+    if set(node.kwargs) - {"dims"} or len(dims) != 1 or not isinstance(dims[0], int) or isinstance(dims[0], bool) \
+            or not -nd <= dims[0] < nd:
+        return None
+    return dims[0] % nd
+
+
+def _mask_operands(node):
+    """(x, mask) of x * mask with a bool mask of x's shape: the scan's prologue; else None."""
+    import torch
+
+    if _name(node) != "mul" or len(node.args) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    for x, m in ((a, b), (b, a)):
+        tm = getattr(m, "meta", {}).get("tensor_meta")
+        if _is_float_tensor(x) and getattr(tm, "dtype", None) == torch.bool \
+                and tuple(tm.shape) == tuple(x.meta["tensor_meta"].shape) \
+                and x.meta["tensor_meta"].dtype == node.meta["tensor_meta"].dtype:
+            return x, m
+    return None
+
+
+def scan_of(node) -> dict | None:
+    """A cumsum / cumprod node as one _kb_scan: its input, dim, and the nodes folded into the call
+    (flips on both sides over the same dim: a reversed scan; a bool mask multiplied in: a
+    prologue). Each folded node has the chain as its only user, so it needs no line of its own;
+    "out" is the node whose line makes the call."""
+    name = _name(node)
+    if name not in ("cumsum", "cumprod") or not (node.args or "input" in node.kwargs):
+        return None
+    x = node.args[0] if node.args else node.kwargs["input"]
+    allk = dict(zip(("dim", "dtype"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
+    nd, dim = _ndim(x) or 0, allk.get("dim")
+    # torch.cumsum of an int or bool tensor gives int64: left to torch, as is a cast (dtype=)
+    if set(allk) - {"dim", "dtype"} or not _is_float_tensor(x) \
+            or allk.get("dtype") not in (None, x.meta["tensor_meta"].dtype) \
+            or not isinstance(dim, int) or isinstance(dim, bool) or not -nd <= dim < nd:
+        return None
+    dim %= nd
+    s = {"x": x, "dim": dim, "prod": name == "cumprod", "reverse": False, "mask": None, "folded": [], "out": node}
+    users = list(node.users)
+    if _flip_dim(x, nd) == dim and len(x.users) == 1 and len(users) == 1 and _flip_dim(users[0], nd) == dim:
+        s.update(reverse=True, folded=[x, node], out=users[0])
+        x = s["x"] = x.args[0]
+    mask = _mask_operands(x) if len(x.users) == 1 else None
+    if mask:
+        s["folded"].append(x)
+        s["x"], s["mask"] = mask
+    return s
 
 
 def sdpa_call(node) -> dict | None:
@@ -132,7 +199,8 @@ def main_op(gm) -> str | None:
 class OpRules:
     """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
     (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
-    beta) for an elementwise replacement, which fusion reads."""
+    beta) for an elementwise replacement, which fusion reads, and adds the nodes the scan kernel
+    computes to self.scan (a set)."""
 
     def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
         if not _is_float_tensor(x):
@@ -169,6 +237,30 @@ class OpRules:
             return f"_kb_softmax({self.fmt(x)}, {dim})"
         # a non-last dim comes back as a permuted view: copied to x's layout only where that matters
         return f"_kb_softmax({self.fmt(x)}, {dim}, contiguous={_needs_layout(node)})"
+
+    def scan_call(self, node) -> str | None:
+        """_kb_scan for the node making a scan's call, '' for a node folded into one (no line)."""
+        plan = getattr(self, "_scan_plan", None)
+        if plan is None:
+            plan = self._scan_plan = {}
+            for n in self.gm.graph.nodes:
+                s = scan_of(n)
+                # a node two chains would claim (one's outer flip the next one's inner flip): the
+                # later scan stays a torch op
+                if s and not any(f in plan for f in s["folded"] + [s["out"]]):
+                    plan.update(dict.fromkeys(s["folded"]))
+                    plan[s["out"]] = s
+        if node not in plan:
+            return None
+        self.scan.add(node)
+        s = plan[node]
+        if s is None:
+            return ""
+        extra = "".join(f", {k}=True" for k in ("prod", "reverse") if s[k])
+        extra += f", mask={self.fmt(s['mask'])}" if s["mask"] is not None else ""
+        if s["dim"] != _ndim(s["x"]) - 1:  # a permuted view back, copied only where that matters
+            extra += f", contiguous={_needs_layout(s['out'])}"
+        return f"_kb_scan({self.fmt(s['x'])}, {s['dim']}{extra})"
 
     def reduce_call(self, name: str, x, rest, kw) -> str | None:
         """_kb_sum / _kb_mean over one dim, a run of adjacent dims, or all of x (dim None)."""
@@ -233,6 +325,10 @@ class OpRules:
             rest, kw2 = args[1:], {k: v for k, v in kw.items() if k != "input"}
         else:
             return None
+        if name in ("cumsum", "cumprod", "flip", "mul"):
+            scan = self.scan_call(node)
+            if scan is not None:
+                return scan
         if name in ("gelu",):
             approx = kw2.get("approximate", "none")
             if rest or set(kw2) - {"approximate"}:
