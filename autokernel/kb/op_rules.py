@@ -60,6 +60,11 @@ def _fn_name(target) -> str | None:
     return None
 
 
+def _dim_ok(d, nd: int) -> bool:
+    """d is one dim of an nd-dim tensor, negative ones included (a bool is not a dim)."""
+    return isinstance(d, int) and not isinstance(d, bool) and -nd <= d < nd
+
+
 def _needs_layout(node) -> bool:
     """Whether a result with other strides than the reference's would break what follows: a .view
     anywhere downstream (it needs compatible strides; torch ops before it keep a permuted layout),
@@ -90,8 +95,7 @@ def _flip_dim(node, nd: int) -> int | None:
     dims = dims or [node.kwargs.get("dims")]
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = list(dims[0])
-    if set(node.kwargs) - {"dims"} or len(dims) != 1 or not isinstance(dims[0], int) or isinstance(dims[0], bool) \
-            or not -nd <= dims[0] < nd:
+    if set(node.kwargs) - {"dims"} or len(dims) != 1 or not _dim_ok(dims[0], nd):
         return None
     return dims[0] % nd
 
@@ -126,7 +130,7 @@ def scan_of(node) -> dict | None:
     # torch.cumsum of an int or bool tensor gives int64: left to torch, as is a cast (dtype=)
     if set(allk) - {"dim", "dtype"} or not _is_float_tensor(x) \
             or allk.get("dtype") not in (None, x.meta["tensor_meta"].dtype) \
-            or not isinstance(dim, int) or isinstance(dim, bool) or not -nd <= dim < nd:
+            or not _dim_ok(dim, nd):
         return None
     dim %= nd
     s = {"x": x, "dim": dim, "prod": name == "cumprod", "reverse": False, "mask": None, "folded": [], "out": node}
@@ -230,7 +234,7 @@ class OpRules:
     def softmax_call(self, node, x, dim) -> str | None:
         """_kb_softmax over one int dim (dim=None, torch's implicit legacy choice, stays a torch op)."""
         nd = _ndim(x) or 0
-        if not _is_float_tensor(x) or isinstance(dim, bool) or not isinstance(dim, int) or not -nd <= dim < nd:
+        if not _is_float_tensor(x) or not _dim_ok(dim, nd):
             return None
         dim %= nd
         if dim == nd - 1:
@@ -272,7 +276,7 @@ class OpRules:
             return None
         if dim is not None:
             dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (list, tuple)) else []
-            if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -nd <= d < nd for d in dims):
+            if not dims or not all(_dim_ok(d, nd) for d in dims):
                 return None
             dims = sorted(d % nd for d in dims)
             if dims != list(range(dims[0], dims[-1] + 1)):  # not one [outer, R, inner] view of x
