@@ -152,14 +152,6 @@ def check_inputs_unchanged(before: Sequence, after: Sequence) -> None:
 COMPARE_CHUNK = 1 << 24  # elements per float64 slice: a 7.5 GB fp32 output (KB L1 36) compared in parts
 
 
-def _unravel(flat_index: int, shape) -> list[int]:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat_index % size)
-        flat_index //= size
-    return idx[::-1]
-
-
 def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tuple[float, float]:
     """Elementwise |out - ref| <= atol + rtol |ref| against the high-precision reference;
     NaN/Inf only where the reference has the same value. Walks the outputs in COMPARE_CHUNK slices
@@ -201,7 +193,7 @@ def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tu
                     worst = (float(excess[j]), float(o64[j]), float(r64[j]))
         if n_new_bad:
             raise CheckFailure(f"output {i} has {n_new_bad} NaN/Inf value(s) where the reference is finite "
-                               f"(first at {_unravel(first_new_bad, o.shape)})")
+                               f"(first at {[int(i) for i in torch.unravel_index(torch.tensor(first_new_bad), o.shape)]})")
         if n_bad:
             raise CheckFailure(f"output {i}: {n_bad} of {of.numel()} elements outside atol={atol:g} rtol={rtol:g} "
                                f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}; worst got "
