@@ -209,6 +209,23 @@ class Workspace:
             raise WorkspaceError(f"kernel {name!r} already exists in the workspace (branch {branch})") from exc
         return sha
 
+    def advance(self, name: str, source: str, message: str, expected_head: str) -> str:
+        """Commit `source` as kernel.py on top of the branch head, which must still be
+        `expected_head` (a compare-and-swap, as in keep); returns the new commit."""
+        branch = f"refs/heads/{self.branch_name(name)}"
+        with _stdin(source) as fh:
+            blob = self._run("hash-object", "-w", "--stdin", istream=fh)
+        with _stdin(f"100644 blob {blob}\t{KERNEL_FILE}\n") as fh:
+            tree = self._run("mktree", istream=fh)
+        with _stdin(_message(message, name)) as fh:
+            sha = self._run("commit-tree", tree, "-p", expected_head, istream=fh)
+        try:
+            self._run("update-ref", branch, sha, expected_head)
+        except WorkspaceError as exc:
+            raise WorkspaceError(f"kernel {name!r}: the branch moved from {expected_head[:12]} while its "
+                                 "start was being replaced") from exc
+        return sha
+
     def head(self, name: str) -> str:
         sha = self._rev(f"refs/heads/{self.branch_name(name)}")
         if sha is None:

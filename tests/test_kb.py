@@ -272,6 +272,41 @@ def test_initial_solutions_use_the_library(home):
     assert prop.source != got[(2, 1)].source and prop.config
 
 
+def test_an_untouched_start_is_replaced_by_the_current_library_start(home):
+    """A problem first started by an older library (its branch still at that start) begins its
+    next run from the start the library writes now; one with a kept experiment is left alone."""
+    from autokernel.kb.problems import load_problems
+    from autokernel.kb.runner import ensure_problem_kernel
+    from autokernel.kb.solutions import initial_solution
+    from autokernel.store import Store
+    from autokernel.workspace import Workspace
+
+    p1, p3 = [p for p in load_problems("sample", size="tiny") if (p.level, p.problem_id) in ((1, 1), (1, 3))]
+    ws = Workspace.open(home)
+    events = []
+    with Store(home.db) as store:
+        for p in (p1, p3):
+            k = ensure_problem_kernel(store, ws, p, events.append)
+            # what an older library wrote: the branch's only commit
+            old = ws.advance(p.kernel_name, "# an older start\n" + ws.read(p.kernel_name), "older start", ws.head(p.kernel_name))
+            store.update_kernel(k.id, base_commit=old)
+        # p3 kept an experiment on top of its start
+        kept = ws.advance(p3.kernel_name, ws.read(p3.kernel_name) + "# kept\n", "kept", ws.head(p3.kernel_name))
+        events.clear()
+        k1 = ensure_problem_kernel(store, ws, p1, events.append)
+        k3 = ensure_problem_kernel(store, ws, p3, events.append)
+        assert ws.read(p1.kernel_name) == initial_solution(p1).source
+        assert k1.base_commit == ws.head(p1.kernel_name) != old
+        assert [e.message for e in events] == [f"{p1.kernel_name}: start updated from the library: "
+                                               f"{initial_solution(p1).describe()}"]
+        assert ws.head(p3.kernel_name) == kept and ws.read(p3.kernel_name).endswith("# kept\n")
+        assert k3.base_commit != kept
+        # a start that is already current is not committed again
+        head = ws.head(p1.kernel_name)
+        ensure_problem_kernel(store, ws, p1, events.append)
+        assert ws.head(p1.kernel_name) == head and len(events) == 1
+
+
 # -- the judge: protocol and planted cheats --------------------------------------------------------
 
 def test_correct_solution_passes_with_cpu_timing_labelled(kb_worker, problems):

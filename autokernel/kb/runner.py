@@ -110,9 +110,9 @@ def ensure_problem_kernel(store, workspace, problem: Problem, emit: Callable[[Lo
     from autokernel.kb.solutions import initial_solution
 
     k = store.find_kernel(problem.kernel_name)
-    if k is not None and workspace.has_kernel(problem.kernel_name):
-        return k
     sol = initial_solution(problem)
+    if k is not None and workspace.has_kernel(problem.kernel_name):
+        return _refresh_start(store, workspace, k, sol, emit)
     emit(LoopEvent("stage", f"{problem.kernel_name}: {sol.describe()}", {"kernel": problem.kernel_name,
                                                                          "start": sol.kind}))
     base = None
@@ -125,6 +125,23 @@ def ensure_problem_kernel(store, workspace, problem: Problem, emit: Callable[[Lo
                              share=1.0, shapes=None, dtype="float32", branch=workspace.branch_name(problem.kernel_name),
                              base_commit=base or workspace.head(problem.kernel_name))
     return store.update_kernel(k.id, shapes_json=json.dumps(meta))
+
+
+def _refresh_start(store, workspace, k, sol, emit):
+    """A problem whose branch still holds its first start, from an older library (say a
+    starter that has since learnt the problem's op), gets the start the library writes today;
+    one that has kept experiments keeps them (the loop built on that start)."""
+    name = k.name
+    head = workspace.head(name)
+    if head != k.base_commit or workspace.read(name) == sol.source:
+        return k
+    sha = workspace.advance(name, sol.source, f"{name}: library start updated: {sol.describe()}", head)
+    emit(LoopEvent("stage", f"{name}: start updated from the library: {sol.describe()}",
+                   {"kernel": name, "start": sol.kind}))
+    data = json.loads(k.shapes_json or "{}") if (k.shapes_json or "").startswith("{") else {}
+    kb = data.get("kb", {}) if isinstance(data, dict) else {}
+    kb.update(start=sol.kind, library=sol.library, start_description=sol.describe())
+    return store.update_kernel(k.id, base_commit=sha, shapes_json=json.dumps({**data, "kb": kb}))
 
 
 def _model_key(problem: Problem) -> str:
