@@ -307,6 +307,32 @@ def test_an_untouched_start_is_replaced_by_the_current_library_start(home):
         assert ws.head(p1.kernel_name) == head and len(events) == 1
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_inputs_are_drawn_on_the_judging_device(device):
+    """get_inputs runs with the judging device as the factories' default (a billion Pareto values
+    drawn on the host took minutes): its values are that device's random stream; a tensor the
+    problem places itself is moved there."""
+    import torch
+
+    from autokernel.kb.worker import _make_inputs
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+
+    class Prob:
+        @staticmethod
+        def get_inputs():
+            from torch.distributions import Pareto
+            return [torch.rand(3, 5), Pareto(0.01, 1.5).sample((7,)), torch.ones(2, device="cpu"), 4]
+
+    torch.manual_seed(3)
+    got = _make_inputs(Prob, device)
+    torch.manual_seed(3)
+    expect = torch.rand(3, 5, device=device)
+    assert [a.device.type for a in got[:3]] == [device] * 3 and got[3] == 4
+    assert torch.equal(got[0], expect) and got[1].shape == (7,) and bool((got[1] >= 0.01).all())
+
+
 # -- the judge: protocol and planted cheats --------------------------------------------------------
 
 def test_correct_solution_passes_with_cpu_timing_labelled(kb_worker, problems):
