@@ -251,27 +251,47 @@ class Model(nn.Module):
 
 
 @pytest.mark.parametrize("expr, targets, replaced, fused, call", [
-    # L1 94: sub and square fused into one kernel, its mean by the reduce starter
+    # L1 94: sub and square fused into one kernel that also sums its block; the reduce starter
+    # adds up those partial sums
     ("torch.mean((predictions - targets) ** 2)", "torch.randn(6, 40)", ["ew:sub", "ew:pow", "lib:mean"], 1,
-     "_kb_mean(v3, None, keepdim=False)"),
+     "v3 = _kb_fused_0(predictions, targets)"),
     # L1 96 (beta 1.0): both branches, as |d| spans 0..8
     ("torch.nn.functional.smooth_l1_loss(predictions, targets)", "torch.randn(6, 40)",
-     ["ew:smooth_l1_loss", "lib:mean"], 0, "_kb_ew(27, predictions, targets, 1.0)"),
+     ["ew:smooth_l1_loss", "lib:mean"], 1, "v2 = _kb_fused_0(predictions, targets)"),
     ("F.smooth_l1_loss(predictions, targets, reduction='sum', beta=0.3)", "torch.randn(6, 40)",
-     ["ew:smooth_l1_loss", "lib:sum"], 0, "_kb_ew(27, predictions, targets, 0.3)"),
+     ["ew:smooth_l1_loss", "lib:sum"], 1, "v2 = _kb_fused_0(predictions, targets)"),
     ("F.smooth_l1_loss(predictions, targets, beta=0.0) + F.mse_loss(predictions, targets) "
      "+ F.l1_loss(predictions, targets, reduction='sum')", "torch.randn(6, 40)",
      ["ew:smooth_l1_loss", "lib:mean", "ew:sub", "ew:pow", "lib:mean", "ew:add", "ew:sub", "ew:abs", "lib:sum",
-      "ew:add"], 2, "_kb_ew(27, predictions, targets, 0.0)"),
+      "ew:add"], 3, "v9 = _kb_fused_2(predictions, targets)"),
     # L1 100: targets of +-1 broadcast along the last dim, 1 - p * t, clamp(min=0): one kernel
     ("torch.mean(torch.clamp(1 - predictions * targets, min=0))", "torch.randint(0, 2, (40,)).float() * 2 - 1",
-     ["ew:mul", "ew:sub", "ew:clamp", "lib:mean"], 1, "_kb_mean(v4, None, keepdim=False)"),
+     ["ew:mul", "ew:sub", "ew:clamp", "lib:mean"], 1, "v4 = _kb_fused_0(predictions, targets)"),
 ], ids=["mse", "huber", "huber-sum-beta", "l1-beta0-mse-l1", "hinge"])
 def test_losses_run_elementwise_kernels_and_the_reduce_starter(home, expr, targets, replaced, fused, call):
     p = problem(LOSS.format(expr=expr), f"[torch.randn(6, 40) * 4.0, {targets}]")
     sol = check(p)
     assert (sol.library, sol.replaced, sol.kept, sol.fused) == ("reduce", replaced, [], fused)
-    assert call in sol.source
+    assert call in sol.source and "_kb_mean(" not in sol.source.split("class ModelNew")[1]
+
+
+@pytest.mark.parametrize("inputs, dtype, tol", [
+    ("[torch.randn(6, 40).half() * 4, torch.randn(6, 40).half()]", torch.float16, 1e-2),
+    ("[torch.randn(0, 40), torch.randn(0, 40)]", torch.float32, 0.0),  # the mean of nothing: nan
+], ids=["fp16", "empty"])
+def test_a_loss_reduced_in_its_kernel_keeps_the_dtype_and_torchs_empty_mean(home, inputs, dtype, tol):
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(LOSS.format(expr="torch.mean((predictions - targets) ** 2)"), inputs)
+    sol = initial_solution(p)
+    assert sol.fused == 1 and "then the mean of all of it" in sol.source
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}")
+    torch.manual_seed(0)
+    args = mod.get_inputs()
+    got, ref = mod.ModelNew()(*args), mod.Model()(*args)
+    assert got.dtype == ref.dtype == dtype and got.shape == ref.shape == ()
+    torch.testing.assert_close(got, ref, atol=tol, rtol=tol, equal_nan=True)
 
 
 def test_clamp_with_one_bound_is_elementwise(home):
@@ -285,9 +305,9 @@ class Model(nn.Module):
 
 
 @pytest.mark.parametrize("name, replaced, fused, call", [
-    ("94_MSELoss.py", ["ew:sub", "ew:pow", "lib:mean"], 1, "_kb_mean(v3, None, keepdim=False)"),
-    ("96_HuberLoss.py", ["ew:smooth_l1_loss", "lib:mean"], 0, "_kb_mean(v2, None, keepdim=False)"),
-    ("100_HingeLoss.py", ["ew:mul", "ew:sub", "ew:clamp", "lib:mean"], 1, "_kb_mean(v4, None, keepdim=False)"),
+    ("94_MSELoss.py", ["ew:sub", "ew:pow", "lib:mean"], 1, "v3 = _kb_fused_0(predictions, targets)"),
+    ("96_HuberLoss.py", ["ew:smooth_l1_loss", "lib:mean"], 1, "v2 = _kb_fused_0(predictions, targets)"),
+    ("100_HingeLoss.py", ["ew:mul", "ew:sub", "ew:clamp", "lib:mean"], 1, "v4 = _kb_fused_0(predictions, targets)"),
 ])
 def test_official_loss_problems(home, name, replaced, fused, call):
     """L1 94, 96, 100 (were torch-only: the own-kernel check refused them): their Pareto inputs

@@ -11,7 +11,9 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   per file (a second, different one stays a torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
   elu, exp, rsqrt, x**2, clamp, smooth_l1, + - * / with a tensor, a constant or a run-time Python
-  number, bias adds) calls one generic Triton elementwise kernel written here;
+  number, bias adds) calls one generic Triton elementwise kernel written here; a chain of them runs
+  as one generated kernel, and one used only by a mean or sum of all its elements (a loss) also
+  sums its block there, the reduce starter adding up the partial sums;
 - cumsum / cumprod of a floating tensor over one dim call a generated row-scan kernel
   (scan_pieces.py; a flip on both sides becomes a reversed scan, a bool mask a prologue);
 - everything else stays the torch op it was (reshapes, max...).
@@ -191,7 +193,20 @@ class _Emitter(OpRules):
                     exprs[node] = expr
                     if expr.startswith("_kb_ew") and self.last_ew is not None:
                         ew[node] = self.last_ew
-        groups = _fusion_groups(ew) if self.fuse else {}
+        # an elementwise result whose only use is a mean or sum of all its elements (a loss) is
+        # reduced inside its own kernel: per-program partial sums, then the reduce starter over those
+        full_reduce = {}
+        for node, expr in exprs.items():
+            x = node.args[0] if node.args else None
+            if expr.startswith(("_kb_mean(", "_kb_sum(")) and expr.endswith(", None, keepdim=False)") \
+                    and x in ew and len(x.users) == 1:
+                full_reduce[x] = (node, "mean" if expr.startswith("_kb_mean(") else "sum")
+        groups = _fusion_groups(ew, singles=set(full_reduce)) if self.fuse else {}
+        reduced = {}
+        for x, (red, how) in full_reduce.items():
+            if x in groups:
+                groups[x]["reduce"] = how
+                reduced[red] = x
         inner = {m for g in groups.values() for m in g["members"] if m is not g["root"]}
         params = []
         for node in nodes:
@@ -209,6 +224,9 @@ class _Emitter(OpRules):
                 self.fused.append(self.fused_kernel(len(self.fused), g, ew))
                 args = ", ".join(self.fmt(a) for a, _mode in g["inputs"])
                 self.emit(node, f"_kb_fused_{len(self.fused) - 1}({args})")
+            elif node in reduced:  # computed by its input's fused kernel
+                self.replaced.append("lib:" + _describe(node))
+                self.emit(node, self.names[reduced[node]])
             elif node in exprs:
                 expr = exprs[node]
                 kind = "ew:" if expr.startswith("_kb_ew") else "scan:" if node in self.scan else "lib:"
@@ -265,12 +283,30 @@ class _Emitter(OpRules):
         dtype = str(g["root"].meta["tensor_meta"].dtype)
         conts = ", ".join(f"float(x{k})" if mode == "scalar" else f"x{k}.contiguous()"
                           for k, (_n, mode) in enumerate(g["inputs"]))
+        ops = ' -> '.join(_describe(m) for m in g['members'])
+        last = f"t{len(g['members']) - 1}"
+        if g.get("reduce"):
+            # fp32 partial sums of the unrounded values; the starter's row sum scales once and
+            # rounds once, as torch's mean does
+            scale = "(1.0 / n if n else float('nan'))" if g["reduce"] == "mean" else "1.0"
+            return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
+                    f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
+                    + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
+                    f"    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.where(mask, {last}, 0.0), axis=0))\n\n\n"
+                    f"def _kb_fused_{gid}({xs}):\n"
+                    f"    \"\"\"{ops}, fused in one kernel, then the {g['reduce']} of all of it.\"\"\"\n"
+                    f"    n = x{full}.numel()\n"
+                    f"    partial = torch.empty((1, triton.cdiv(n, EW_BLOCK)), device=x{full}.device, dtype=torch.float32)\n"
+                    f"    if n:\n"
+                    f"        _kb_fused_{gid}_kernel[(partial.shape[1],)]({conts}, partial, n, x{full}.shape[-1], "
+                    f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n"
+                    f"    return _row_sums(partial, {scale}).reshape(()).to({dtype})\n")
         return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
                 f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
                 + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
-                f"    tl.store(out_ptr + offs, t{len(g['members']) - 1}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
+                f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
                 f"def _kb_fused_{gid}({xs}):\n"
-                f"    \"\"\"{' -> '.join(_describe(m) for m in g['members'])}, fused in one kernel.\"\"\"\n"
+                f"    \"\"\"{ops}, fused in one kernel.\"\"\"\n"
                 f"    out = torch.empty(x{full}.shape, device=x{full}.device, dtype={dtype})\n"
                 f"    n = out.numel()\n    if n == 0:\n        return out\n"
                 f"    _kb_fused_{gid}_kernel[(triton.cdiv(n, EW_BLOCK),)]({conts}, out, n, x{full}.shape[-1], "
@@ -282,13 +318,14 @@ def _shape(node):
     return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
 
 
-def _fusion_groups(ew: dict) -> dict:
+def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
     """Groups of elementwise nodes computed in one kernel: a node joins its only user when that
     user is elementwise too and of the same shape and dtype. Each group's inputs are tensors of
     the root's shape ("full"), rows broadcast along the last dim ("row": [N] or [1, .., N]) or
     columns ("col": [..., 1]); a group with any other input, a non-finite scalar, or fewer than two
-    ops is not fused (its ops stay one kernel each). A run-time Python number (alpha given as a
-    node) is a "scalar" input: a kernel argument, not a load."""
+    ops is not fused (its ops stay one kernel each), unless it is one of `singles` (a node whose
+    kernel also reduces it). A run-time Python number (alpha given as a node) is a "scalar" input:
+    a kernel argument, not a load."""
     import math
 
     from torch import fx
@@ -305,7 +342,7 @@ def _fusion_groups(ew: dict) -> dict:
     groups = {}
     for root in roots:
         members = [n for n in ew if _root_of(n, parent) is root]  # graph order = a valid order
-        if len(members) < 2:
+        if len(members) < 2 and root not in singles:
             continue
         shape = _shape(root)
         if not shape:
