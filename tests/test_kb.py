@@ -588,7 +588,8 @@ def test_elementwise_ops_generated_and_correct(kb_worker, tmp_path, home):
 def test_every_sample_problem_starts_correct(kb_worker, home):
     """The initial ModelNew of every (tiny) sample problem is correct and launches its own kernels,
     except the untraceable LLaMA one, whose torch-only start is refused by the own-kernel check;
-    chains of elementwise ops are fused (Swish: one kernel; Gemm+bias+ReLU: the matmul + one)."""
+    chains of elementwise ops are fused (Swish: one kernel; Gemm+bias+ReLU: the matmul + one;
+    the gated RMSNorm: the rmsnorm starter, then weight and gate in one kernel)."""
     from autokernel.kb.problems import load_problems
     from autokernel.kb.solutions import KIND_TORCH, initial_solution
 
@@ -596,8 +597,9 @@ def test_every_sample_problem_starts_correct(kb_worker, home):
     for p in load_problems("sample", size="tiny"):
         sol = initial_solution(p)
         res = kb_worker.evaluate(p, sol.source, timeout_s=120)
-        outcomes[(p.level, p.problem_id)] = (sol.kind, sol.fused, res.outcome, res.error)
+        outcomes[(p.level, p.problem_id)] = (sol.kind, sol.fused, res.outcome, res.error, sol.library)
     bad = {k: v for k, v in outcomes.items() if v[0] != KIND_TORCH and v[2] != "correct"}
     assert not bad
     assert outcomes[(4, 1)][0] == KIND_TORCH and outcomes[(4, 1)][2] == "cheat"
-    assert outcomes[(1, 10)][1] == 1 and outcomes[(2, 1)][1] == 1 and outcomes[(2, 6)][1] == 2
+    assert outcomes[(1, 10)][1] == 1 and outcomes[(2, 1)][1] == 1
+    assert outcomes[(2, 6)][1] == 1 and outcomes[(2, 6)][4] == "rmsnorm"

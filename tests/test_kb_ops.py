@@ -327,6 +327,77 @@ def test_official_loss_problems(home, name, replaced, fused, call):
     check(replace(p, code=small))
 
 
+# -- RMS normalisation written out op by op ----------------------------------------------------------
+
+RMS = """
+class Model(nn.Module):
+    def __init__(self, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return {expr}
+"""
+
+
+@pytest.mark.parametrize("expr, shape, dim", [
+    ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)", "(3, 16, 5, 7)", 1),  # L1 36
+    ("x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)", "(4, 6, 40)", 2),
+    ("x / (x * x).mean((0,), keepdim=True).add(1e-5).sqrt() * 2.0", "(300, 9)", 0),
+    ("torch.rsqrt(1e-5 + torch.mean(torch.square(x), 2, True)) * x", "(2, 3, 130, 4)", 2),
+], ids=["official-form", "rsqrt-last-dim", "methods-then-scale", "square-eps-first"])
+def test_rms_norm_written_out_runs_the_rmsnorm_starter(home, expr, shape, dim):
+    p = problem(RMS.format(expr=expr), f"[torch.randn{shape}]")
+    sol = check(p)
+    assert sol.library == "rmsnorm" and "_kb_rms_norm(x, %d, " % dim in sol.source
+    assert not sol.kept
+
+
+@pytest.mark.parametrize("expr", [
+    "x / torch.sqrt(torch.mean(x ** 2, dim=1) + 1e-5)[:, None]",  # no keepdim
+    "x / torch.sqrt(torch.mean(x ** 4, dim=1, keepdim=True) + 1e-5)",  # not a square
+    "(x + 1) / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",  # another numerator
+    "x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + x[:, :1] ** 2)",  # eps is a tensor
+], ids=["no-keepdim", "fourth-power", "other-numerator", "tensor-eps"])
+def test_what_is_not_an_rms_norm_keeps_its_ops(home, expr):
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(RMS.format(expr=expr), "[torch.randn(3, 8, 5)]")
+    sol = initial_solution(p)
+    assert sol.library != "rmsnorm" and "_kb_rms_norm" not in sol.source.split("class ModelNew")[1]
+    check(p)
+
+
+def test_an_rms_norm_whose_mean_is_used_again_keeps_its_ops(home):
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem("""
+class Model(nn.Module):
+    def forward(self, x):
+        m = torch.mean(x ** 2, dim=1, keepdim=True)
+        return x / torch.sqrt(m + 1e-5) + m
+""", "[torch.randn(3, 8, 5)]")
+    sol = initial_solution(p)
+    assert "_kb_rms_norm" not in sol.source.split("class ModelNew")[1]
+    check(p)
+
+
+def test_official_rmsnorm_problem(home):
+    """L1 36 (112x64x512x512 fp32, over the 64 channels), checked at a small size."""
+    from dataclasses import replace
+
+    from autokernel.kb.solutions import initial_solution
+
+    p = official(1, "36_RMSNorm_.py")
+    sol = initial_solution(p)
+    assert (sol.library, sol.replaced) == ("rmsnorm", ["lib:pow", "lib:mean", "lib:add", "lib:sqrt", "lib:truediv"])
+    assert "v5 = _kb_rms_norm(x, 1, 1e-05)" in sol.source
+    small = p.code.replace("batch_size = 112", "batch_size = 2").replace("dim1 = 512", "dim1 = 9") \
+        .replace("dim2 = 512", "dim2 = 33")
+    assert small != p.code
+    check(replace(p, code=small), atol=1e-5, rtol=1e-3)
+
+
 # -- softmax over any dim ----------------------------------------------------------------------------
 
 def starter_rows(p, sol):

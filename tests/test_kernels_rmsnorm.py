@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from support.kernel_cases import ALL_DTYPES, Kernel, row_kernel_configs, skip_cuda_without_toolchain, skip_long_bf16_rows
+from support.kernel_cases import (ALL_DTYPES, DEVICE, Kernel, row_kernel_configs, skip_cuda_without_toolchain,
+                                  skip_long_bf16_rows)
 
 K = Kernel("rmsnorm")
 SPEC = K.spec
@@ -50,6 +51,29 @@ def test_triton_rounds_like_transformers(triton_mod):
     fused = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()).half()
     same = (out == ref).float().mean().item()
     assert same > 0.99 and (fused == ref).float().mean().item() < 0.9
+
+
+# ---------------------------------------------------------------- rms_norm_dim: over any dim, no weight
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape, dim, col_tile", [
+    ((3, 16, 5, 7), 1, 8192),  # KernelBench L1 36's form: one [16, 64] tile per program
+    ((2, 300, 9), 1, 8192),  # R = 300: one [512, 16] tile
+    ((2, 300, 9), 1, 256),  # R walked in chunks of 16: a pass for the sums, one to write
+    ((5, 40), 0, 8192),  # the first dim
+    ((4, 6, 130), 1, 64),  # inner 130: blocks of 64 and a ragged one
+    ((4, 6, 10), -1, 8192),  # the last dim: the row kernels with a weight of ones
+    ((0, 4, 3), 1, 8192),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_rms_norm_dim_matches_the_written_out_reference(triton_mod, monkeypatch, dtype, shape, dim, col_tile):
+    monkeypatch.setattr(triton_mod, "COL_TILE", col_tile)
+    x = (torch.randn(shape, generator=K.gen(5), device=DEVICE) * 3).to(dtype)
+    ref = x.double() / torch.sqrt(torch.mean(x.double() ** 2, dim=dim, keepdim=True) + 1e-5)
+    out = triton_mod.rms_norm_dim(x, dim, 1e-5)
+    assert out.shape == x.shape and out.dtype == dtype
+    atol, rtol = SPEC.tolerance(dtype)
+    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
+    assert torch.equal(out, triton_mod.rms_norm_dim(x, dim, 1e-5))
 
 
 test_triton_strided_views = K.strided_views_test()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import operator
 
-from autokernel.kb.source_pieces import (BINARY, CLAMP, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED, SMOOTH_L1,
-                                         SOFTPLUS, UNARY, starter_constant)
+from autokernel.kb.source_pieces import (BINARY, CLAMP, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
+                                         SMOOTH_L1, SOFTPLUS, UNARY, starter_constant)
 
 _INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
 
@@ -172,8 +172,12 @@ def sdpa_call(node) -> dict | None:
 def main_op(gm) -> str | None:
     import torch.nn as nn
 
+    from autokernel.kb.norm_rules import rms_of
+
     found = []
     for node in gm.graph.nodes:
+        if rms_of(node):
+            found.append("rmsnorm")
         if node.op == "call_module":
             m = gm.get_submodule(node.target)
             if isinstance(m, nn.Linear):
@@ -284,10 +288,31 @@ class OpRules:
             dim = dims[0] if len(dims) == 1 else tuple(dims)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
+    def rms_call(self, node) -> str | None:
+        """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
+        plan = getattr(self, "_rms_plan", None)
+        if plan is None:
+            from autokernel.kb.norm_rules import rms_of
+
+            plan = self._rms_plan = {}
+            for n in self.gm.graph.nodes:
+                r = rms_of(n)
+                if r and not any(f in plan for f in r["folded"]):
+                    plan.update(dict.fromkeys(r["folded"]))
+                    plan[n] = r
+        if node not in plan:
+            return None
+        r = plan[node]
+        return "" if r is None else f"_kb_rms_norm({self.fmt(r['x'])}, {r['dim']}, {r['eps']!r})"
+
     def replacement(self, node) -> str | None:
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
+        if self.main == "rmsnorm":
+            rms = self.rms_call(node)
+            if rms is not None:
+                return rms
         if node.op == "call_module":
             mod = self.gm.get_submodule(node.target)
             ref = f"self.get_submodule({node.target!r})"

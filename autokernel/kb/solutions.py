@@ -6,7 +6,9 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax over one dim, layer_norm (over any trailing dims),
   sum / mean over one dim, adjacent dims or all -> reduce (losses: their per-element part is
-  elementwise, see rewrites.py), cross_entropy, scaled_dot_product_attention -> flash_attention,
+  elementwise, see rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
+  mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
+  scaled_dot_product_attention -> flash_attention,
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
   per file (a second, different one stays a torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,

@@ -197,6 +197,11 @@ def _kb_layer_norm(x, weight, bias, eps):
     cols = weight.numel()
     return kernel_fn(x.reshape(-1, cols), weight.reshape(-1), bias.reshape(-1), eps).reshape(x.shape)
 ''',
+    "rmsnorm": '''
+def _kb_rms_norm(x, dim, eps):
+    """x / sqrt(mean(x ** 2, dim, keepdim=True) + eps) in one read and one write of x."""
+    return rms_norm_dim(x, dim, eps)
+''',
     "reduce": '''
 def _kb_sum(x, dim=None, keepdim=False):
     """torch.sum(x, dim, keepdim) over one dim, adjacent dims or all of x (None), x read in place."""

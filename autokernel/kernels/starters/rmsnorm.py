@@ -6,6 +6,7 @@ bit for bit the order of LlamaRMSNorm. Rows up to MAX_FUSED_COLS are held in reg
 read, one write); short rows are packed several to a program (tiles of at least TILE_ELEMS) and
 the warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks (a pass for the
 sum of squares, one to write). Any row and column strides; the output is contiguous.
+rms_norm_dim is the weightless form over any one dim (KernelBench's RMSNorm over channels).
 """
 
 import torch
@@ -21,6 +22,10 @@ MAX_WARPS = 16
 TILE_ELEMS = 16384  # minimum elements per program for short rows (rows are packed; H200 sweep: 16384 > 4096)
 LOOP_BLOCK = 4096  # chunk of the long-row path
 LOOP_WARPS = 8
+# rms_norm_dim over a non-last dim: [R, COL_INNER] tiles, coalesced along the inner positions
+COL_INNER = 128
+COL_TILE = 8192  # elements a program holds at once; a longer R is read twice (sums, then writes)
+COL_WARPS = 8
 
 SEARCH_SPACE = {
     "MAX_FUSED_COLS": [4096, 8192, 16384, 32768],
@@ -29,6 +34,9 @@ SEARCH_SPACE = {
     "TILE_ELEMS": [1024, 2048, 4096, 8192, 16384],
     "LOOP_BLOCK": [1024, 2048, 4096, 8192],
     "LOOP_WARPS": [4, 8, 16],
+    "COL_INNER": [32, 64, 128, 256],
+    "COL_TILE": [2048, 4096, 8192, 16384],
+    "COL_WARPS": [4, 8, 16],
 }
 
 DETERMINISTIC = True  # fixed reduction tree
@@ -71,6 +79,62 @@ def _rmsnorm_looped(x_ptr, w_ptr, y_ptr, cols, eps, sxr, sxc, sw, syr, BLOCK: tl
         w = tl.load(w_ptr + c * sw, mask=m, other=0.0).to(tl.float32)
         h = (x * rstd).to(y_ptr.dtype.element_ty).to(tl.float32)
         tl.store(yr + c, (h * w).to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, R_BLOCK: tl.constexpr, I_BLOCK: tl.constexpr,
+                  ONE_TILE: tl.constexpr):
+    pid = tl.program_id(0)
+    o = (pid // inner_tiles).to(tl.int64)
+    i = (pid % inner_tiles) * I_BLOCK + tl.arange(0, I_BLOCK)
+    imask = i < inner
+    base = x_ptr + o * R * inner
+    ybase = y_ptr + o * R * inner
+    r = tl.arange(0, R_BLOCK)
+    if ONE_TILE:
+        m = (r < R)[:, None] & imask[None, :]
+        offs = r[:, None].to(tl.int64) * inner + i[None, :]
+        x = tl.load(base + offs, mask=m, other=0.0).to(tl.float32)
+        d = tl.sqrt(tl.sum(x * x, axis=0) / R + eps)
+        tl.store(ybase + offs, (x / d[None, :]).to(y_ptr.dtype.element_ty), mask=m)
+    else:
+        acc = tl.zeros([R_BLOCK, I_BLOCK], tl.float32)
+        for start in range(0, R, R_BLOCK):
+            rr = start + r
+            m = (rr < R)[:, None] & imask[None, :]
+            x = tl.load(base + rr[:, None].to(tl.int64) * inner + i[None, :], mask=m, other=0.0).to(tl.float32)
+            acc += x * x
+        d = tl.sqrt(tl.sum(acc, axis=0) / R + eps)
+        for start in range(0, R, R_BLOCK):
+            rr = start + r
+            m = (rr < R)[:, None] & imask[None, :]
+            offs = rr[:, None].to(tl.int64) * inner + i[None, :]
+            x = tl.load(base + offs, mask=m, other=0.0).to(tl.float32)
+            tl.store(ybase + offs, (x / d[None, :]).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def rms_norm_dim(x, dim, eps):
+    """x / sqrt(mean(x ** 2, dim, keepdim=True) + eps) over one dim of x, without a weight: RMS
+    normalisation written out as KernelBench L1 36 does (over the channels of NCHW). fp32 math, one
+    rounding. The last dim takes the row kernels; another is normalised in place as [outer, R,
+    inner] tiles, no transposing copy."""
+    dim %= max(x.dim(), 1)
+    if dim == x.dim() - 1:
+        n = x.shape[-1]
+        ones = torch.ones(n, device=x.device, dtype=x.dtype)
+        return kernel_fn(x.reshape(-1, n), ones, eps).reshape(x.shape)
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if y.numel() == 0:
+        return y
+    outer, R, inner = x.shape[:dim].numel(), x.shape[dim], x.shape[dim + 1:].numel()
+    i_block = min(COL_INNER, triton.next_power_of_2(inner))
+    one_tile = triton.next_power_of_2(R) * i_block <= COL_TILE
+    r_block = triton.next_power_of_2(R) if one_tile else max(1, COL_TILE // i_block)
+    tiles = triton.cdiv(inner, i_block)
+    _rmsnorm_cols[(outer * tiles,)](x, y, R, inner, tiles, float(eps), R_BLOCK=r_block, I_BLOCK=i_block,
+                                    ONE_TILE=one_tile, num_warps=COL_WARPS)
+    return y
 
 
 def kernel_fn(x, weight, eps):

@@ -1,0 +1,101 @@
+"""RMS normalisation written out op by op in a problem's forward (KernelBench L1 36:
+x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)), found as one pattern so the
+rmsnorm starter computes it with one read and one write of x. Op by op it is five passes over x
+(square, mean, add, sqrt, divide), two of them writing a tensor of x's size.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from autokernel.kb.op_rules import _dim_ok, _fn_name, _is_float_tensor, _is_number, _ndim
+
+
+def _call(node):
+    """(name, args, kwargs) of a call_function / call_method node, else None."""
+    from torch import fx
+
+    if not isinstance(node, fx.Node):
+        return None
+    if node.op == "call_function":
+        name = _fn_name(node.target)
+    elif node.op == "call_method":
+        name = node.target
+    else:
+        return None
+    return (name, list(node.args), dict(node.kwargs)) if name else None
+
+
+def _only_use(node, user) -> bool:
+    return len(node.users) == 1 and user in node.users
+
+
+def _square_of(node):
+    """x for x ** 2, torch.pow(x, 2), x.pow(2), x * x, torch.square(x); else None."""
+    c = _call(node)
+    if c is None or c[2]:
+        return None
+    name, args, _ = c
+    if name == "pow" and len(args) == 2 and args[1] in (2, 2.0) and not isinstance(args[1], bool):
+        return args[0]
+    if name == "mul" and len(args) == 2 and args[0] is args[1]:
+        return args[0]
+    if name == "square" and len(args) == 1:
+        return args[0]
+    return None
+
+
+def _mean_square(node):
+    """(x, dim) for mean(square(x), dim, keepdim=True) over one int dim; else None."""
+    c = _call(node)
+    if c is None or c[0] != "mean" or not c[1]:
+        return None
+    _, args, kw = c
+    allk = dict(zip(("dim", "keepdim"), args[1:]), **kw)
+    dim = allk.get("dim")
+    if isinstance(dim, (list, tuple)) and len(dim) == 1:
+        dim = dim[0]
+    if set(allk) != {"dim", "keepdim"} or allk["keepdim"] is not True or not _dim_ok(dim, _ndim(args[0]) or 0):
+        return None
+    x = _square_of(args[0])
+    if x is None or not _only_use(args[0], node):
+        return None
+    return x, dim
+
+
+def _plus_eps(node):
+    """(mean node, eps) for mean + eps or eps + mean, eps a number; else None."""
+    c = _call(node)
+    if c is None or c[0] != "add" or c[2] or len(c[1]) != 2:
+        return None
+    a, b = c[1]
+    mean, eps = (a, b) if _is_number(b) else (b, a)
+    return (mean, float(eps)) if _is_number(eps) and _only_use(mean, node) else None
+
+
+def rms_of(node) -> dict | None:
+    """For the node that finishes an RMS normalisation (x / sqrt(m + eps) or x * rsqrt(m + eps),
+    m the mean of x's squares over one dim, keepdim): {"x", "dim", "eps", "folded"}, "folded" the
+    nodes before it that the one call computes too. None for anything else."""
+    c = _call(node)
+    if c is None or c[2] or len(c[1]) != 2:
+        return None
+    name, (a, b), _ = c
+    if name in ("truediv", "div"):
+        x, root, want = a, b, "sqrt"
+    elif name == "mul":
+        (x, root), want = ((a, b) if (_call(b) or ("",))[0] == "rsqrt" else (b, a)), "rsqrt"
+    else:
+        return None
+    r = _call(root)
+    if r is None or r[0] != want or r[2] or len(r[1]) != 1 or not _only_use(root, node):
+        return None
+    added = r[1][0]
+    pe = _plus_eps(added)
+    if pe is None or not _only_use(added, root):
+        return None
+    mean, eps = pe
+    ms = _mean_square(mean)
+    if ms is None or ms[0] is not x or not _is_float_tensor(x):
+        return None
+    return {"x": x, "dim": ms[1] % _ndim(x), "eps": eps, "folded": [mean.args[0], mean, added, root]}
