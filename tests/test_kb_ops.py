@@ -148,6 +148,32 @@ def test_official_scalar_and_mish_problems(home):
     assert sol.kind == KIND_ELEMENTWISE and sol.replaced == ["ew:mish", "ew:mish"] and sol.fused == 1
 
 
+def test_cubes_are_elementwise_and_fuse(home):
+    """x ** 3 in any spelling is an elementwise op (MinGPT's GELU, L1 88, kept torch.pow as a
+    torch op: one more read and write of x); negative values keep their sign."""
+    p = problem('''
+class Model(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * torch.pow(x, 3.0)))) + x ** 3 - x.pow(3)
+''', "[torch.randn(7, 33) * 3]")
+    sol = check(p)
+    assert not sol.kept and sol.fused == 1 and sol.replaced.count("ew:pow") == 2 and "ew:.pow" in sol.replaced
+
+
+def test_official_mingpt_gelu_is_one_kernel(home):
+    from dataclasses import replace
+
+    from autokernel.kb.solutions import KIND_ELEMENTWISE, initial_solution
+
+    p = official(1, "88_MinGPTNewGelu.py")
+    sol = initial_solution(p)
+    assert (sol.kind, sol.fused, sol.kept) == (KIND_ELEMENTWISE, 1, [])
+    assert "v8 = _kb_fused_0(x)" in sol.source
+    small = p.code.replace("batch_size = 8192", "batch_size = 6").replace("dim = 8192", "dim = 50")
+    assert small != p.code
+    check(replace(p, code=small))
+
+
 # -- layernorm over several dims, sum over any dim --------------------------------------------------
 
 def test_layernorm_over_several_trailing_dims(home):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from autokernel.kb.source_pieces import (BINARY, CLAMP, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
+from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, starter_constant)
 
 _INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
@@ -395,6 +395,8 @@ class OpRules:
             return None
         if name in ("pow",) and rest == [2] and not kw2 or name == "square" and not rest and not kw2:
             return self.ew_unary(20, x)
+        if name == "pow" and rest == [3] and not kw2:  # MinGPT's GELU (L1 88) cubes x
+            return self.ew_unary(CUBE, x)
         if name == "leaky_relu":
             allk = dict(zip(("negative_slope", "inplace"), rest), **kw2)
             if set(allk) <= {"negative_slope", "inplace"} and not allk.get("inplace") \

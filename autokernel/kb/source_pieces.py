@@ -109,6 +109,8 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr
         r = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
     elif OP == 26:  # elu(alpha)
         r = tl.where(x > 0.0, x, alpha * (tl.exp(x) - 1.0))
+    elif OP == 28:
+        r = x * x * x
     else:  # smooth_l1(x - y, beta=alpha)
         r = _kb_smooth_l1(x - y, alpha)
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
@@ -237,7 +239,7 @@ def kernel_fn(*args):
 
 UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
          "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25}
-MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1 = 23, 24, 25, 26, 27
+MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1, CUBE = 23, 24, 25, 26, 27, 28
 MAXIMUM, MINIMUM, CLAMP = 16, 17, 18
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
 REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
@@ -272,6 +274,7 @@ OP_EXPR = {
     25: "{x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
     26: "tl.where({x} > 0.0, {x}, {a} * (tl.exp({x}) - 1.0))",
     27: "_kb_smooth_l1({x} - {y}, {a})",
+    28: "{x} * {x} * {x}",
 }
 
 
