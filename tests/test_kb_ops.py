@@ -8,6 +8,7 @@ in .kb/) are only generated, not run: their sizes are for a GPU."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,62 @@ class Model(nn.Module):
 ''', "[torch.randn(2, 3, 10, 10)]", "[3, 4, 3]")
     sol = check(p)
     assert sol.replaced == ["ew:mish", "ew:mish"] and sol.kept == ["Conv2d"] and sol.fused == 1
+
+
+@pytest.mark.parametrize("bias_shape, x_shape, fused", [
+    ("(5, 1, 1)", "(2, 3, 9, 11)", 1),  # a conv bias of NCHW: one run of dims (C)
+    ("(1, 5, 1, 1)", "(2, 3, 9, 11)", 1),
+    ("(7, 9)", "(2, 3, 9, 11)", 1),  # the two trailing dims
+    ("(1,)", "(2, 3, 9, 11)", 1),  # one element
+    ("(5, 1, 9)", "(2, 3, 9, 11)", 0),  # C and W: not one run, each op its own kernel
+], ids=["c11", "1c11", "hw", "one", "c1w"])
+def test_a_bias_broadcast_over_a_run_of_dims_fuses(home, bias_shape, x_shape, fused):
+    """KernelBench level 2's conv -> activations -> + bias ([C, 1, 1]): the bias used to break
+    the chain (its ops one kernel each, the bias expanded to a full copy); now it is indexed in
+    the fused kernel by (offset // inner) % size."""
+    p = problem(f'''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3)
+        self.bias = nn.Parameter(torch.randn{bias_shape})
+
+    def forward(self, x):
+        x = torch.sigmoid(torch.relu(self.conv(x)) * 2.0)
+        return x + self.bias
+''', f"[torch.randn{x_shape}]")
+    sol = check(p)
+    assert sol.fused == fused and sol.kept == ["Conv2d"]
+    assert bool(re.search(r"_kb_bidx\(base, i\d", sol.source)) == bool(fused)  # the bias loads
+
+
+def test_block_index_across_program_boundaries(home):
+    """inner not a multiple of the block and programs starting mid-run: small EW_BLOCK so that
+    many programs start inside a channel's run."""
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem('''
+class Model(nn.Module):
+    def forward(self, x, b):
+        return torch.tanh(x - b) * 3.0
+''', "[torch.randn(3, 7, 13, 5), torch.randn(7, 1, 1)]")
+    sol = initial_solution(p)
+    assert sol.fused == 1
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}_blk")
+    for block in (16, 64, 1024):
+        mod.EW_BLOCK = block
+        x, b = mod.get_inputs()
+        torch.testing.assert_close(mod.ModelNew()(x, b), mod.Model()(x, b), atol=1e-5, rtol=1e-5)
+
+
+def test_official_bias_chains_fuse(home):
+    from autokernel.kb.solutions import initial_solution
+
+    for name, ops in (("1_Conv2D_ReLU_BiasAdd.py", 2), ("2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", 5),
+                      ("5_ConvTranspose2d_Subtract_Tanh.py", 2), ("7_Conv3d_ReLU_LeakyReLU_GELU_Sigmoid_BiasAdd.py", 5)):
+        sol = initial_solution(official(2, name))
+        assert sol.fused == 1 and len(sol.replaced) == ops and re.search(r"_kb_bidx\(base, i\d", sol.source), name
 
 
 def test_official_scalar_and_mish_problems(home):

@@ -262,13 +262,16 @@ class _Emitter(OpRules):
         from torch import fx
 
         var = {}
-        loads = []
+        loads, blocks = [], []
         for k, (node, mode) in enumerate(g["inputs"]):
             if mode == "scalar":  # a run-time Python number: the kernel argument itself
                 var[node] = f"p{k}"
                 continue
             var[node] = f"a{k}"
-            index = {"full": "offs", "row": "offs % ncols", "col": "offs // ncols"}[mode]
+            if mode == "block":
+                blocks.append(k)
+            index = {"full": "offs", "row": "offs % ncols", "col": "offs // ncols",
+                     "block": f"_kb_bidx(base, i{k}, s{k}, BLOCK)"}[mode]
             loads.append(f"    a{k} = tl.load(p{k} + {index}, mask=mask, other=1.0).to(tl.float32)")
         steps = []
         for k, m in enumerate(g["members"]):
@@ -287,12 +290,18 @@ class _Emitter(OpRules):
                           for k, (_n, mode) in enumerate(g["inputs"]))
         ops = ' -> '.join(_describe(m) for m in g['members'])
         last = f"t{len(g['members']) - 1}"
+        # a block input (a bias of [C, 1, 1]) is indexed by (offs // inner) % size, both from the
+        # shapes at run time
+        kargs = "".join(f"i{k}, s{k}, " for k in blocks)
+        start = ("base = tl.program_id(0).to(tl.int64) * BLOCK\n    offs = base + tl.arange(0, BLOCK)" if blocks
+                 else "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+        largs = "".join(f"*_kb_block(x{full}.shape, x{k}.shape), " for k in blocks)
         if g.get("reduce"):
             # fp32 partial sums of the unrounded values; the starter's row sum scales once and
             # rounds once, as torch's mean does
             scale = "(1.0 / n if n else float('nan'))" if g["reduce"] == "mean" else "1.0"
-            return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
-                    f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
+            return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, {kargs}BLOCK: tl.constexpr):\n"
+                    f"    {start}\n    mask = offs < n\n"
                     + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
                     f"    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.where(mask, {last}, 0.0), axis=0))\n\n\n"
                     f"def _kb_fused_{gid}({xs}):\n"
@@ -300,18 +309,18 @@ class _Emitter(OpRules):
                     f"    n = x{full}.numel()\n"
                     f"    partial = torch.empty((1, triton.cdiv(n, EW_BLOCK)), device=x{full}.device, dtype=torch.float32)\n"
                     f"    if n:\n"
-                    f"        _kb_fused_{gid}_kernel[(partial.shape[1],)]({conts}, partial, n, x{full}.shape[-1], "
+                    f"        _kb_fused_{gid}_kernel[(partial.shape[1],)]({conts}, partial, n, x{full}.shape[-1], {largs}"
                     f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n"
                     f"    return _row_sums(partial, {scale}).reshape(()).to({dtype})\n")
-        return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, BLOCK: tl.constexpr):\n"
-                f"    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
+        return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, {kargs}BLOCK: tl.constexpr):\n"
+                f"    {start}\n    mask = offs < n\n"
                 + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
                 f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
                 f"def _kb_fused_{gid}({xs}):\n"
                 f"    \"\"\"{ops}, fused in one kernel.\"\"\"\n"
                 f"    out = torch.empty(x{full}.shape, device=x{full}.device, dtype={dtype})\n"
                 f"    n = out.numel()\n    if n == 0:\n        return out\n"
-                f"    _kb_fused_{gid}_kernel[(triton.cdiv(n, EW_BLOCK),)]({conts}, out, n, x{full}.shape[-1], "
+                f"    _kb_fused_{gid}_kernel[(triton.cdiv(n, EW_BLOCK),)]({conts}, out, n, x{full}.shape[-1], {largs}"
                 f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n    return out\n")
 
 
@@ -323,8 +332,9 @@ def _shape(node):
 def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
     """Groups of elementwise nodes computed in one kernel: a node joins its only user when that
     user is elementwise too and of the same shape and dtype. Each group's inputs are tensors of
-    the root's shape ("full"), rows broadcast along the last dim ("row": [N] or [1, .., N]) or
-    columns ("col": [..., 1]); a group with any other input, a non-finite scalar, or fewer than two
+    the root's shape ("full"), rows broadcast along the last dim ("row": [N] or [1, .., N]),
+    columns ("col": [..., 1]) or a run of dims ("block": a [C, 1, 1] bias of an NCHW tensor, a
+    one-element tensor); a group with any other input, a non-finite scalar, or fewer than two
     ops is not fused (its ops stay one kernel each), unless it is one of `singles` (a node whose
     kernel also reduces it). A run-time Python number (alpha given as a node) is a "scalar" input:
     a kernel argument, not a load."""
@@ -367,6 +377,8 @@ def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
                     mode = "row"
                 elif s is not None and s == shape[:-1] + (1,):
                     mode = "col"
+                elif s is not None and _is_block(s, shape):
+                    mode = "block"
                 else:
                     ok = False
                     break
@@ -374,6 +386,16 @@ def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
         if ok and any(mode == "full" for _i, mode in inputs):
             groups[root] = {"root": root, "members": members, "inputs": inputs}
     return groups
+
+
+def _is_block(s: tuple, shape: tuple) -> bool:
+    """s broadcasts to shape with its non-1 dims one run of shape's dims ([C, 1, 1] against
+    [N, C, H, W]), so its elements in order are a cycle of (offset // inner) % size."""
+    if len(s) > len(shape):
+        return False
+    s = (1,) * (len(shape) - len(s)) + tuple(s)
+    big = [d for d, v in enumerate(s) if v != 1]
+    return not big or all(s[d] == shape[d] for d in range(big[0], big[-1] + 1))
 
 
 def _root_of(node, parent: dict):

@@ -116,6 +116,31 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
+    # (offs // inner) % size for offs = base + arange(BLOCK): the 64-bit division once per
+    # program, 32-bit ones per element (a 64-bit division per element costs more than the load)
+    q0 = ((base // inner) % size).to(tl.int32)
+    j = (base % inner).to(tl.int32) + tl.arange(0, BLOCK)
+    return (q0 + j // inner) % size
+
+
+def _kb_block(full, shape):
+    """(inner, size) of a tensor of `shape` broadcast to `full`, whose non-1 dims are one run of
+    full's dims: element i of the broadcast is element (i // inner) % size of the tensor."""
+    shape = (1,) * (len(full) - len(shape)) + tuple(shape)
+    big = [d for d, v in enumerate(shape) if v != 1] or [len(full)]
+    inner = 1
+    for v in full[big[-1] + 1:]:
+        inner *= v
+    size = 1
+    for v in shape:
+        size *= v
+    if inner >= 2**30 or size >= 2**30:
+        raise ValueError(f"a broadcast of {tuple(shape)} to {tuple(full)} is too large for the 32-bit index")
+    return inner, size
+
+
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
     mode = 0
