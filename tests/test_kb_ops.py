@@ -112,6 +112,23 @@ class Model(nn.Module):
         assert op in names
 
 
+def test_selu_and_hardsigmoid(home):
+    """L1's SELU and HardSigmoid problems (torch.selu(x), F.hardsigmoid(x)) were torch-only."""
+    p = problem('''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.selu = nn.SELU()
+        self.hsig = nn.Hardsigmoid()
+
+    def forward(self, x):
+        return torch.selu(x) + F.selu(x * 0.5) + self.selu(x), F.hardsigmoid(x) * self.hsig(x * 2.0) + x
+''', "[torch.randn(16, 50) * 5.0]")
+    sol = check(p, atol=1e-5, rtol=1e-5)
+    assert not sol.kept and sol.fused == 2
+    assert {r.split(":", 1)[1] for r in sol.replaced} >= {"selu", "SELU", "hardsigmoid", "Hardsigmoid"}
+
+
 def test_mish_tails_match_torch(home):
     """Far left (exp underflows, softplus below torch's threshold) and far right (x returned)."""
     p = problem('''

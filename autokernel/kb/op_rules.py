@@ -12,7 +12,7 @@ import operator
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, starter_constant)
 
-_INPLACE_ARG = {"relu", "mish", "hardswish"}  # the unary functions of torch.nn.functional with inplace=
+_INPLACE_ARG = {"relu", "mish", "hardswish", "selu", "hardsigmoid"}  # the unary functions of torch.nn.functional with inplace=
 
 
 def _is_float_tensor(a) -> bool:
@@ -54,7 +54,7 @@ def _fn_name(target) -> str | None:
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
-                     "cumprod", "flip"):
+                     "cumprod", "flip", "selu", "hardsigmoid"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -335,6 +335,8 @@ class OpRules:
                 return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
             if type(mod) in (nn.Mish, nn.Hardswish) and not mod.inplace:
                 return self.ew_unary(MISH if type(mod) is nn.Mish else HARDSWISH, args[0])
+            if type(mod) in (nn.SELU, nn.Hardsigmoid) and not mod.inplace:
+                return self.ew_unary(UNARY["selu" if type(mod) is nn.SELU else "hardsigmoid"], args[0])
             if type(mod) is nn.Softplus:
                 return self.ew_unary(SOFTPLUS, args[0], float(mod.beta), float(mod.threshold))
             if type(mod) is nn.ELU and not mod.inplace:

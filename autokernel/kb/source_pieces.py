@@ -111,6 +111,10 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr
         r = tl.where(x > 0.0, x, alpha * (tl.exp(x) - 1.0))
     elif OP == 28:
         r = x * x * x
+    elif OP == 29:  # selu
+        r = 1.0507009873554805 * tl.where(x > 0.0, x, 1.6732632423543772 * (tl.exp(x) - 1.0))
+    elif OP == 30:  # hardsigmoid, as torch: relu6(x + 3) / 6
+        r = tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
     else:  # smooth_l1(x - y, beta=alpha)
         r = _kb_smooth_l1(x - y, alpha)
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
@@ -263,7 +267,7 @@ def kernel_fn(*args):
 '''
 
 UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
-         "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25}
+         "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25, "selu": 29, "hardsigmoid": 30}
 MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1, CUBE = 23, 24, 25, 26, 27, 28
 MAXIMUM, MINIMUM, CLAMP = 16, 17, 18
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
@@ -300,6 +304,8 @@ OP_EXPR = {
     26: "tl.where({x} > 0.0, {x}, {a} * (tl.exp({x}) - 1.0))",
     27: "_kb_smooth_l1({x} - {y}, {a})",
     28: "{x} * {x} * {x}",
+    29: "1.0507009873554805 * tl.where({x} > 0.0, {x}, 1.6732632423543772 * (tl.exp({x}) - 1.0))",
+    30: "tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
 }
 
 
