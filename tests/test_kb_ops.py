@@ -427,6 +427,52 @@ def test_official_loss_problems(home, name, replaced, fused, call):
     check(replace(p, code=small))
 
 
+# -- max / min / argmax / argmin / prod over a dim -----------------------------------------------------
+
+@pytest.mark.parametrize("expr, inputs, ops", [
+    ("torch.max(x, dim=1)[0]", "torch.randn(4, 37, 9)", ["dimred:max"]),  # L1 49's form
+    ("torch.min(x, 1, keepdim=True)", "torch.randn(4, 37, 9)", ["dimred:min"]),  # values and indices
+    ("x.max(dim=-1).values * 2.0 + x.min(-1).indices", "torch.randn(6, 50)", ["dimred:.max", "dimred:.min"]),
+    ("torch.argmax(x, dim=2)", "torch.randint(0, 4, (3, 5, 70)).float()", ["dimred:argmax"]),  # ties: first
+    ("torch.argmin(x, 0)", "torch.randint(0, 3, (40, 6)).float()", ["dimred:argmin"]),
+    ("torch.prod(x, dim=1)", "1.0 + 0.05 * torch.randn(8, 33, 5)", ["dimred:prod"]),
+    ("torch.amax(x, dim=(1,)) - torch.amin(x, 2, keepdim=True).squeeze(2)", "torch.randn(4, 9, 9)",
+     ["dimred:amax", "dimred:amin"]),
+], ids=["max-values", "min-keepdim", "methods", "argmax-ties", "argmin", "prod", "amax-amin"])
+def test_dim_reductions_run_the_generated_kernel(home, expr, inputs, ops):
+    from autokernel.kb.solutions import KIND_DIMRED
+
+    p = problem(LOSS.replace("predictions, targets", "x").format(expr=expr), f"[{inputs}]")
+    sol = check(p)
+    assert sol.kind == KIND_DIMRED and [r for r in sol.replaced if r.startswith("dimred:")] == ops
+
+
+def test_dim_reductions_in_chunks_keep_the_first_index(home):
+    """R walked in chunks of a few rows: a tie between chunks keeps the earlier index."""
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(LOSS.replace("predictions, targets", "x").format(
+        expr="(torch.argmax(x, 1), torch.argmin(x, 2), torch.max(x, 0), torch.prod(x * 0.1 + 1.0, 1))"),
+        "[torch.randint(0, 3, (3, 120, 5)).float()]")
+    sol = initial_solution(p)
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}_chunks")
+    for tile, inner in ((16, 4), (64, 1), (4096, 64)):
+        mod.DIMRED_TILE, mod.DIMRED_INNER = tile, inner
+        x = mod.get_inputs()[0]
+        for got, want in zip(mod.ModelNew()(x), mod.Model()(x)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("expr", ["torch.max(x, x * 2)", "torch.max(x)", "torch.argmax(x)",
+                                  "torch.prod(x, 1, dtype=torch.float64)"])
+def test_what_the_dim_reduction_kernel_does_not_take_stays_torch(home, expr):
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(LOSS.replace("predictions, targets", "x").format(expr=expr), "[torch.randn(4, 6)]")
+    assert not any(r.startswith("dimred:") for r in initial_solution(p).replaced)
+
+
 # -- RMS normalisation written out op by op ----------------------------------------------------------
 
 RMS = """

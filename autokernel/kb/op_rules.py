@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 
+from autokernel.kb.dimred_pieces import DIMRED_OPS
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, starter_constant)
 
@@ -54,7 +55,8 @@ def _fn_name(target) -> str | None:
                      "sub", "mul", "div", "matmul", "mm", "bmm", "softmax", "layer_norm", "sum", "cross_entropy",
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
-                     "cumprod", "flip", "selu", "hardsigmoid"):
+                     "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
+                     "prod"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -208,7 +210,7 @@ class OpRules:
     """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
     (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
     beta) for an elementwise replacement, which fusion reads, and adds the nodes the scan kernel
-    computes to self.scan (a set)."""
+    computes to self.scan and those the dim-reduction kernel computes to self.dimred (sets)."""
 
     def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
         if not _is_float_tensor(x):
@@ -288,6 +290,20 @@ class OpRules:
             dim = dims[0] if len(dims) == 1 else tuple(dims)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
+    def dimred_call(self, node, name: str, x, rest, kw) -> str | None:
+        """_kb_dimred for max / min / amax / amin / argmax / argmin / prod over one int dim of a
+        float tensor (torch.max(a, b), a full reduction, dtype= stay torch ops)."""
+        allk = dict(zip(("dim", "keepdim"), rest), **kw)
+        dim, keepdim = allk.get("dim"), allk.get("keepdim", False)
+        if name in ("amax", "amin") and isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        nd = _ndim(x) or 0
+        if set(allk) - {"dim", "keepdim"} or not _is_float_tensor(x) or not _dim_ok(dim, nd) \
+                or not isinstance(keepdim, bool):
+            return None
+        self.dimred.add(node)
+        return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
+
     def rms_call(self, node) -> str | None:
         """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
         plan = getattr(self, "_rms_plan", None)
@@ -360,6 +376,8 @@ class OpRules:
             scan = self.scan_call(node)
             if scan is not None:
                 return scan
+        if name in DIMRED_OPS:
+            return self.dimred_call(node, name, x, rest, kw2)
         if name in ("gelu",):
             approx = kw2.get("approximate", "none")
             if rest or set(kw2) - {"approximate"}:

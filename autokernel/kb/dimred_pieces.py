@@ -1,0 +1,93 @@
+"""The source pieces of the generated dim-reduction kernel: max / min (values and indices),
+amax / amin, argmax / argmin and prod over one dim of a KernelBench problem, the reductions the
+reduce starter (sums and means) does not do. op_rules.py decides which nodes it computes,
+solutions.py writes these into the solution file. x is read in place as [outer, R, inner] tiles,
+coalesced along inner (along R when the dim is the last), with fp32 running values across chunks
+of R. Like the scan kernel, it carries its own tunables.
+"""
+
+from __future__ import annotations
+
+DIMRED_OPS = ("max", "min", "amax", "amin", "argmax", "argmin", "prod")
+
+DIMRED_SOURCE = '''
+# ---- generated dim-reduction Triton kernel (autokernel kb): max / min / arg / prod over a dim ----
+DIMRED_TILE = 4096  # elements a program holds per chunk of R
+DIMRED_INNER = 64  # inner positions per program when the dim is not the last
+DIMRED_WARPS = 4
+
+
+@triton.jit
+def _kb_mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _kb_dimred_kernel(x_ptr, v_ptr, i_ptr, R, inner, inner_tiles, PROD: tl.constexpr, NEG: tl.constexpr,
+                      R_BLOCK: tl.constexpr, I_BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    o = (pid // inner_tiles).to(tl.int64)
+    i = (pid % inner_tiles) * I_BLOCK + tl.arange(0, I_BLOCK)
+    imask = i < inner
+    base = x_ptr + o * R * inner
+    r = tl.arange(0, R_BLOCK)
+    if PROD:
+        acc = tl.full([I_BLOCK], 1.0, tl.float32)
+    else:
+        acc = tl.full([I_BLOCK], float("-inf"), tl.float32)
+    idx = tl.zeros([I_BLOCK], tl.int32)
+    for start in range(0, R, R_BLOCK):
+        rr = start + r
+        m = (rr < R)[:, None] & imask[None, :]
+        x = tl.load(base + rr[:, None].to(tl.int64) * inner + i[None, :], mask=m, other=1.0).to(tl.float32)
+        if PROD:
+            acc = acc * tl.reduce(x, 0, _kb_mul)
+        else:
+            if NEG:  # min is -max(-x): the same first index, exactly the same value
+                x = -x
+            x = tl.where(m, x, float("-inf"))
+            cv, ci = tl.max(x, axis=0, return_indices=True)  # ties: the first index
+            take = cv > acc  # strictly: an earlier chunk keeps a tie
+            idx = tl.where(take, ci + start, idx)
+            acc = tl.where(take, cv, acc)
+    if NEG:
+        acc = -acc
+    out = o * inner + i
+    tl.store(v_ptr + out, acc.to(v_ptr.dtype.element_ty), mask=imask)
+    tl.store(i_ptr + out, idx.to(tl.int64), mask=imask)
+
+
+def _kb_dimred(x, dim, op, keepdim=False):
+    """torch.<op>(x, dim, keepdim) for op in max / min (values, indices), amax / amin / prod
+    (values) and argmax / argmin (indices). Inputs without NaN: a NaN is not propagated as torch's."""
+    dim %= x.dim()
+    x = x.contiguous()
+    outer, R, inner = x.shape[:dim].numel(), x.shape[dim], x.shape[dim + 1:].numel()
+    shape = x.shape[:dim] + ((1,) if keepdim else ()) + x.shape[dim + 1:]
+    vals = torch.empty(shape, device=x.device, dtype=x.dtype)
+    idxs = torch.empty(shape, device=x.device, dtype=torch.int64)
+    if R == 0 and vals.numel():
+        if op != "prod":
+            raise IndexError(f"{op}(): the reduced dim {dim} has no elements")
+        vals.fill_(1)
+    elif vals.numel():
+        i_block = min(DIMRED_INNER, triton.next_power_of_2(inner))
+        r_block = max(1, min(DIMRED_TILE // i_block, triton.next_power_of_2(R)))
+        tiles = triton.cdiv(inner, i_block)
+        _kb_dimred_kernel[(outer * tiles,)](x, vals, idxs, R, inner, tiles, PROD=op == "prod",
+                                            NEG=op in ("min", "amin", "argmin"), R_BLOCK=r_block, I_BLOCK=i_block,
+                                            num_warps=DIMRED_WARPS)
+    if op in ("max", "min"):
+        return (torch.return_types.max if op == "max" else torch.return_types.min)((vals, idxs))
+    return idxs if op in ("argmax", "argmin") else vals
+'''
+
+DIMRED_SPACE = {"DIMRED_TILE": [1024, 2048, 4096, 8192, 16384], "DIMRED_INNER": [16, 32, 64, 128, 256],
+                "DIMRED_WARPS": [1, 2, 4, 8, 16]}
+
+DIMRED_ENTRY = '''
+
+def kernel_fn(x, dim=-1, op="max", keepdim=False):
+    """The file's entry function: the generated dim-reduction kernel."""
+    return _kb_dimred(x, dim, op, keepdim)
+'''
