@@ -554,9 +554,9 @@ def starter_rows(p, sol):
     mod = load_source(sol.source, f"kb_op_test_{p.code_hash}")
     real, calls = mod.kernel_fn, []
 
-    def spy(x):
+    def spy(x, *rest):
         calls.append(tuple(x.shape))
-        return real(x)
+        return real(x, *rest)
 
     mod.kernel_fn = spy
     try:
@@ -604,7 +604,12 @@ def test_conv3d_softmax_over_channels_runs_the_starter(home):
     # a .view needs strides compatible with it: copied back
     ("self.sm = nn.Softmax(dim=-2)", "self.sm(x).view(3, -1)", (3, 37, 4), "Softmax",
      "_kb_softmax(x, 1, contiguous=True)", (12, 37)),
-], ids=["torch-last-3d", "F-last-3d", "F-dim0-2d-returned", "method-dim0-2d", "module-dim-2-view"])
+    # log_softmax: x - max - log(sum) in the starter (L1 24)
+    ("", "torch.log_softmax(x, dim=1)", (16, 40), "log_softmax", "_kb_softmax(x, 1, log=True)", (16, 40)),
+    ("self.ls = nn.LogSoftmax(dim=0)", "self.ls(x) * 2.0", (37, 6), "LogSoftmax",
+     "_kb_softmax(x, 0, contiguous=False, log=True)", (6, 37)),
+], ids=["torch-last-3d", "F-last-3d", "F-dim0-2d-returned", "method-dim0-2d", "module-dim-2-view", "log-last",
+        "log-module-dim0"])
 def test_softmax_over_any_dim(home, init, expr, shape, op, call, rows):
     p = problem(f'''
 class Model(nn.Module):
@@ -619,6 +624,27 @@ class Model(nn.Module):
     assert sol.library == "softmax" and sol.replaced[0] == f"lib:{op}"
     assert set(sol.kept) <= {".view"} and call in sol.source
     assert starter_rows(p, sol) == [rows]
+
+
+@pytest.mark.parametrize("cols", [50, 9000])  # in registers; the looped two-pass path
+def test_log_softmax_keeps_probabilities_a_softmax_would_round_to_zero(home, monkeypatch, cols):
+    """Inputs spread by 60: most probabilities underflow fp32, log(softmax) would be -inf there,
+    log_softmax is finite; both starter paths (the looped one at a small MAX_FUSED_COLS)."""
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem("""
+class Model(nn.Module):
+    def forward(self, x):
+        return F.log_softmax(x, dim=-1)
+""", f"[torch.randn(3, {cols}) * 60.0]")
+    sol = initial_solution(p)
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}_lsm")
+    monkeypatch.setattr(mod, "MAX_FUSED_COLS", 4096)
+    x = mod.get_inputs()[0]
+    got, ref = mod.ModelNew()(x), mod.Model()(x)
+    assert torch.isfinite(got).all() and (torch.softmax(x, -1) == 0).any()
+    torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-5)
 
 
 def test_official_conv3d_softmax_problem(home):

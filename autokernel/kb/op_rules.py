@@ -56,7 +56,7 @@ def _fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod"):
+                     "prod", "log_softmax"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -186,7 +186,7 @@ def main_op(gm) -> str | None:
                 found.append("matmul")
             elif isinstance(m, nn.LayerNorm):
                 found.append("layernorm")
-            elif isinstance(m, nn.Softmax):
+            elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
                 found.append("softmax")
         elif node.op in ("call_function", "call_method"):
             name = _fn_name(node.target) if node.op == "call_function" else node.target
@@ -195,7 +195,7 @@ def main_op(gm) -> str | None:
                 found.append("flash_attention" if sdpa["flash"] else "matmul")
                 continue
             found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
-                          "softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce", "mean": "reduce",
+                          "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce", "mean": "reduce",
                           "cross_entropy": "cross_entropy"}.get(name))
     found = [f for f in found if f]
     if "matmul" in found:
@@ -237,16 +237,17 @@ class OpRules:
             return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, float({self.fmt(a)}))"
         return None
 
-    def softmax_call(self, node, x, dim) -> str | None:
-        """_kb_softmax over one int dim (dim=None, torch's implicit legacy choice, stays a torch op)."""
+    def softmax_call(self, node, x, dim, log: bool = False) -> str | None:
+        """_kb_softmax (log_softmax with `log`) over one int dim (dim=None, torch's implicit legacy
+        choice, stays a torch op)."""
         nd = _ndim(x) or 0
         if not _is_float_tensor(x) or not _dim_ok(dim, nd):
             return None
         dim %= nd
         if dim == nd - 1:
-            return f"_kb_softmax({self.fmt(x)}, {dim})"
+            return f"_kb_softmax({self.fmt(x)}, {dim}{', log=True' if log else ''})"
         # a non-last dim comes back as a permuted view: copied to x's layout only where that matters
-        return f"_kb_softmax({self.fmt(x)}, {dim}, contiguous={_needs_layout(node)})"
+        return f"_kb_softmax({self.fmt(x)}, {dim}, contiguous={_needs_layout(node)}{', log=True' if log else ''})"
 
     def scan_call(self, node) -> str | None:
         """_kb_scan for the node making a scan's call, '' for a node folded into one (no line)."""
@@ -337,8 +338,8 @@ class OpRules:
             if isinstance(mod, nn.LayerNorm) and self.main == "layernorm" and _is_float_tensor(args[0]) \
                     and mod.elementwise_affine and mod.bias is not None:
                 return f"_kb_layer_norm({self.fmt(args[0])}, {ref}.weight, {ref}.bias, {ref}.eps)"
-            if isinstance(mod, nn.Softmax) and self.main == "softmax":
-                return self.softmax_call(node, args[0], mod.dim)
+            if isinstance(mod, (nn.Softmax, nn.LogSoftmax)) and self.main == "softmax":
+                return self.softmax_call(node, args[0], mod.dim, log=isinstance(mod, nn.LogSoftmax))
             unary = {nn.ReLU: 0, nn.Sigmoid: 3, nn.Tanh: 4, nn.SiLU: 5}
             for cls, op in unary.items():
                 if type(mod) is cls:
@@ -450,12 +451,12 @@ class OpRules:
             w = rest[0] if rest else kw2.get("weight")
             b = rest[1] if len(rest) > 1 else kw2.get("bias")
             return f"_kb_linear({self.fmt(x)}, {self.fmt(w)}, {self.fmt(b)})"
-        if self.main == "softmax" and name == "softmax" and _is_float_tensor(x):
+        if self.main == "softmax" and name in ("softmax", "log_softmax") and _is_float_tensor(x):
             # F.softmax traces with its _stacklevel and dtype=None as keywords; a dtype other than
             # x's own is a cast first, which the starter does not do
             allk = dict(zip(("dim", "dtype"), rest), **kw2)
             if set(allk) <= {"dim", "dtype", "_stacklevel"} and allk.get("dtype") in (None, x.meta["tensor_meta"].dtype):
-                return self.softmax_call(node, x, allk.get("dim"))
+                return self.softmax_call(node, x, allk.get("dim"), log=name == "log_softmax")
         if self.main == "layernorm" and name == "layer_norm" and _is_float_tensor(x):
             allk = dict(zip(("normalized_shape", "weight", "bias", "eps"), rest), **kw2)
             ns = allk.get("normalized_shape")

@@ -7,7 +7,8 @@ size (about ELEMS_PER_THREAD fp32 values per thread). Longer rows take a two-pas
 element-wise online (max, sum of exp) over LOOP_BLOCK chunks, then a second read (mostly from
 L2) that writes exp(x - max) / sum. Masked lanes load -inf, which contributes exp(-inf) = 0;
 a running max of -inf is replaced by 0 before subtracting so that -inf - -inf never makes a NaN.
-Any row and column strides; the output is contiguous.
+Any row and column strides; the output is contiguous. kernel_fn(x, log=True) is log_softmax,
+written as x - max - log(sum) (a log of the rounded probability would lose the small ones).
 """
 
 import torch
@@ -43,7 +44,7 @@ def valid_config(cfg):
 
 @triton.jit
 def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr,
-                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr = False):
     r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     mask = (r < rows)[:, None] & (c < cols)[None, :]
@@ -52,12 +53,15 @@ def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr,
     m = tl.where(m == -float("inf"), 0.0, m)
     e = tl.exp(x - m[:, None])
     s = tl.sum(e, axis=1)
-    y = e / s[:, None]
+    if LOG:  # log_softmax: x - max - log(sum), not a log of a rounded probability
+        y = (x - m[:, None]) - tl.log(s)[:, None]
+    else:
+        y = e / s[:, None]
     tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _softmax_looped(x_ptr, y_ptr, cols, sxr, sxc, syr, BLOCK: tl.constexpr):
+def _softmax_looped(x_ptr, y_ptr, cols, sxr, sxc, syr, BLOCK: tl.constexpr, LOG: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * sxr
     yr = y_ptr + row * syr
@@ -72,15 +76,20 @@ def _softmax_looped(x_ptr, y_ptr, cols, sxr, sxc, syr, BLOCK: tl.constexpr):
         m = m_new
     row_max = tl.max(m, axis=0)
     row_max = tl.where(row_max == -float("inf"), 0.0, row_max)
-    inv = 1.0 / tl.sum(s * tl.exp(m - row_max), axis=0)
+    total = tl.sum(s * tl.exp(m - row_max), axis=0)
+    inv = 1.0 / total
+    lse = row_max + tl.log(total)
     for start in range(0, cols, BLOCK):
         c = start + tl.arange(0, BLOCK)
         x = tl.load(xr + c * sxc, mask=c < cols, other=-float("inf")).to(tl.float32)
-        y = tl.exp(x - row_max) * inv
+        if LOG:
+            y = x - lse
+        else:
+            y = tl.exp(x - row_max) * inv
         tl.store(yr + c, y.to(y_ptr.dtype.element_ty), mask=c < cols)
 
 
-def kernel_fn(x):
+def kernel_fn(x, log=False):
     rows, cols = x.shape
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
     if rows == 0 or cols == 0:
@@ -93,8 +102,8 @@ def kernel_fn(x):
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
         _softmax_fused[(triton.cdiv(rows, rows_per),)](
             x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0),
-            ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
+            ROWS=rows_per, BLOCK_N=block_n, LOG=log, num_warps=warps)
     else:
         _softmax_looped[(rows,)](x, y, cols, x.stride(0), x.stride(1), y.stride(0),
-                                 BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
+                                 BLOCK=LOOP_BLOCK, LOG=log, num_warps=LOOP_WARPS)
     return y
