@@ -212,6 +212,28 @@ def test_official_bias_chains_fuse(home):
         assert sol.fused == 1 and len(sol.replaced) == ops and re.search(r"_kb_bidx\(base, i\d", sol.source), name
 
 
+@pytest.mark.parametrize("x_shape, y_shape", [
+    ((6, 40), (6, 1)),  # L1 38's x / sum(|x|, dim=1, keepdim=True): a run of dims, indexed
+    ((2, 3, 9, 11), (3, 1, 1)),
+    ((2, 3, 9, 11), ()),  # a one-element tensor (x / torch.norm(x))
+    ((2, 3, 9, 11), (3, 1, 11)),  # not one run: expanded, as before
+    ((3, 1, 11), (2, 3, 9, 11)),  # y the larger: expanded
+])
+def test_the_unfused_elementwise_kernel_indexes_a_broadcast_run(home, x_shape, y_shape):
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(LOSS.replace("predictions, targets", "x, y").format(expr="x / y"),
+                f"[torch.randn{x_shape}, torch.rand{y_shape or '(())'} + 0.5]")
+    sol = initial_solution(p)
+    assert sol.replaced == ["ew:truediv"]
+    mod = load_source(sol.source, f"kb_op_test_{p.code_hash}_ewb")
+    x, y = mod.get_inputs()
+    for block in (16, 1024):
+        mod.EW_BLOCK = block
+        torch.testing.assert_close(mod.ModelNew()(x, y), x / y, atol=1e-6, rtol=1e-6)
+
+
 def test_official_scalar_and_mish_problems(home):
     from autokernel.kb.solutions import KIND_ELEMENTWISE, initial_solution
 
@@ -491,7 +513,12 @@ class Model(nn.Module):
     ("x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)", "(4, 6, 40)", 2),
     ("x / (x * x).mean((0,), keepdim=True).add(1e-5).sqrt() * 2.0", "(300, 9)", 0),
     ("torch.rsqrt(1e-5 + torch.mean(torch.square(x), 2, True)) * x", "(2, 3, 130, 4)", 2),
-], ids=["official-form", "rsqrt-last-dim", "methods-then-scale", "square-eps-first"])
+    # the L2 normalisation: torch.norm rewritten to sqrt(sum(x * x)), then the same pattern with a sum
+    ("x / torch.norm(x, p=2, dim=1, keepdim=True)", "(4, 30, 6)", 1),  # L1 39's form
+    ("x / x.norm(dim=-1, keepdim=True)", "(5, 70)", 1),
+    ("x / (x.pow(2).sum(1, keepdim=True) + 1e-6).sqrt()", "(3, 20, 7)", 1),
+], ids=["official-form", "rsqrt-last-dim", "methods-then-scale", "square-eps-first", "l2-norm", "l2-method-last",
+        "l2-written-out"])
 def test_rms_norm_written_out_runs_the_rmsnorm_starter(home, expr, shape, dim):
     p = problem(RMS.format(expr=expr), f"[torch.randn{shape}]")
     sol = check(p)
@@ -526,6 +553,16 @@ class Model(nn.Module):
     sol = initial_solution(p)
     assert "_kb_rms_norm" not in sol.source.split("class ModelNew")[1]
     check(p)
+
+
+def test_frobenius_norm_squares_inside_the_sum_kernel(home):
+    """L1 37's x / torch.norm(x, p='fro'): the square fused into the full sum, sqrt and the divide
+    by a one-element tensor (indexed, not expanded to x's size); p=1 and 'nuc' stay torch's."""
+    p = problem(RMS.format(expr="x / torch.norm(x, p='fro') + torch.norm(x, p=1, dim=1, keepdim=True)"),
+                "[torch.randn(6, 5, 40)]")
+    sol = check(p)
+    assert (sol.library, sol.fused) == ("reduce", 1) and sol.kept == ["norm"]
+    assert sol.replaced[:2] == ["ew:mul", "lib:sum"]
 
 
 def test_official_rmsnorm_problem(home):

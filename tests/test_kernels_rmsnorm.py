@@ -65,15 +65,19 @@ def test_triton_rounds_like_transformers(triton_mod):
     ((4, 6, 10), -1, 8192),  # the last dim: the row kernels with a weight of ones
     ((0, 4, 3), 1, 8192),
 ], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
-def test_rms_norm_dim_matches_the_written_out_reference(triton_mod, monkeypatch, dtype, shape, dim, col_tile):
+@pytest.mark.parametrize("mean", [True, False], ids=["rms", "l2"])
+def test_rms_norm_dim_matches_the_written_out_reference(triton_mod, monkeypatch, dtype, shape, dim, col_tile, mean):
+    """mean: x / sqrt(mean(x^2) + eps); else the L2 form x / sqrt(sum(x^2) + eps), which takes
+    the tile kernel on the last dim too."""
     monkeypatch.setattr(triton_mod, "COL_TILE", col_tile)
     x = (torch.randn(shape, generator=K.gen(5), device=DEVICE) * 3).to(dtype)
-    ref = x.double() / torch.sqrt(torch.mean(x.double() ** 2, dim=dim, keepdim=True) + 1e-5)
-    out = triton_mod.rms_norm_dim(x, dim, 1e-5)
+    sq = x.double() ** 2
+    ref = x.double() / torch.sqrt((sq.mean if mean else sq.sum)(dim=dim, keepdim=True) + 1e-5)
+    out = triton_mod.rms_norm_dim(x, dim, 1e-5, mean)
     assert out.shape == x.shape and out.dtype == dtype
     atol, rtol = SPEC.tolerance(dtype)
     torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
-    assert torch.equal(out, triton_mod.rms_norm_dim(x, dim, 1e-5))
+    assert torch.equal(out, triton_mod.rms_norm_dim(x, dim, 1e-5, mean))
 
 
 test_triton_strided_views = K.strided_views_test()

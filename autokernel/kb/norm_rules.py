@@ -1,5 +1,7 @@
 """RMS normalisation written out op by op in a problem's forward (KernelBench L1 36:
-x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)), found as one pattern so the
+x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)), and the L2 one (x over the square
+root of the sum of squares: L1 39's x / torch.norm(x, dim=1, keepdim=True) after rewrites.py),
+found as one pattern so the
 rmsnorm starter computes it with one read and one write of x. Op by op it is five passes over x
 (square, mean, add, sqrt, divide), two of them writing a tensor of x's size.
 """
@@ -46,9 +48,10 @@ def _square_of(node):
 
 
 def _mean_square(node):
-    """(x, dim) for mean(square(x), dim, keepdim=True) over one int dim; else None."""
+    """(x, dim, mean) for mean(square(x), dim, keepdim=True) (mean True) or the sum (False) over
+    one int dim; else None."""
     c = _call(node)
-    if c is None or c[0] != "mean" or not c[1]:
+    if c is None or c[0] not in ("mean", "sum") or not c[1]:
         return None
     _, args, kw = c
     allk = dict(zip(("dim", "keepdim"), args[1:]), **kw)
@@ -60,7 +63,7 @@ def _mean_square(node):
     x = _square_of(args[0])
     if x is None or not _only_use(args[0], node):
         return None
-    return x, dim
+    return x, dim, c[0] == "mean"
 
 
 def _plus_eps(node):
@@ -75,8 +78,9 @@ def _plus_eps(node):
 
 def rms_of(node) -> dict | None:
     """For the node that finishes an RMS normalisation (x / sqrt(m + eps) or x * rsqrt(m + eps),
-    m the mean of x's squares over one dim, keepdim): {"x", "dim", "eps", "folded"}, "folded" the
-    nodes before it that the one call computes too. None for anything else."""
+    m the mean of x's squares over one dim, keepdim) or an L2 one (m their sum, eps 0 or added):
+    {"x", "dim", "eps", "mean", "folded"}, "folded" the nodes before it that the one call computes
+    too. None for anything else."""
     c = _call(node)
     if c is None or c[2] or len(c[1]) != 2:
         return None
@@ -92,10 +96,11 @@ def rms_of(node) -> dict | None:
         return None
     added = r[1][0]
     pe = _plus_eps(added)
-    if pe is None or not _only_use(added, root):
-        return None
-    mean, eps = pe
+    if pe is not None and _only_use(added, root):
+        mean, eps, folded = pe[0], pe[1], [added, root]
+    else:  # no eps: x / sqrt(sum(x ** 2)), the L2 norm written out (or rewritten from torch.norm)
+        mean, eps, folded = added, 0.0, [root]
     ms = _mean_square(mean)
-    if ms is None or ms[0] is not x or not _is_float_tensor(x):
+    if ms is None or ms[0] is not x or not _is_float_tensor(x) or not _only_use(mean, folded[0]):
         return None
-    return {"x": x, "dim": ms[1] % _ndim(x), "eps": eps, "folded": [mean.args[0], mean, added, root]}
+    return {"x": x, "dim": ms[1] % _ndim(x), "eps": eps, "mean": ms[2], "folded": [mean.args[0], mean] + folded}

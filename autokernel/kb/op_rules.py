@@ -320,7 +320,9 @@ class OpRules:
         if node not in plan:
             return None
         r = plan[node]
-        return "" if r is None else f"_kb_rms_norm({self.fmt(r['x'])}, {r['dim']}, {r['eps']!r})"
+        if r is None:
+            return ""
+        return f"_kb_rms_norm({self.fmt(r['x'])}, {r['dim']}, {r['eps']!r}{'' if r['mean'] else ', mean=False'})"
 
     def replacement(self, node) -> str | None:
         import torch.nn as nn

@@ -11,6 +11,7 @@ import operator
 def rewrite(gm) -> None:
     split_linear_bias(gm)
     decompose_losses(gm)
+    decompose_norms(gm)
     gm.recompile()
 
 
@@ -67,5 +68,37 @@ def decompose_losses(gm) -> None:
                 per = gm.graph.call_function(operator.pow, (d, 2)) if node.target is F.mse_loss \
                     else gm.graph.call_function(torch.abs, (d,))
             out = gm.graph.call_function(torch.mean if a.get("reduction", "mean") == "mean" else torch.sum, (per,))
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+
+
+def decompose_norms(gm) -> None:
+    """torch.norm / Tensor.norm, the 2-norm of a vector or the Frobenius norm -> sqrt(sum(x * x,
+    dim, keepdim)): the same values; the sum is the reduce starter's (the square fused into it
+    over all of x), and x / norm over one dim becomes the L2 normalisation of norm_rules.py.
+    Other orders, dtype= and out= stay torch's."""
+    import torch
+
+    fn_names = ("input", "p", "dim", "keepdim", "out", "dtype")
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in (torch.norm, torch.functional.norm):
+            a = dict(zip(fn_names, node.args), **node.kwargs)
+        elif node.op == "call_method" and node.target == "norm":
+            a = dict(zip(("input", "p", "dim", "keepdim", "dtype"), node.args), **node.kwargs)
+        else:
+            continue
+        p, dim, keepdim = a.get("p", "fro"), a.get("dim"), a.get("keepdim", False)
+        if set(a) - set(fn_names) or "input" not in a or a.get("out") is not None or a.get("dtype") is not None \
+                or not isinstance(keepdim, bool) or (dim is None and keepdim):
+            continue
+        # p = 2 over two dims is torch.norm's matrix (spectral) norm; Frobenius is the same sum for any dims
+        if not (p == "fro" or (p in (2, 2.0, None) and (dim is None or isinstance(dim, int)))):
+            continue
+        x = a["input"]
+        with gm.graph.inserting_before(node):
+            sq = gm.graph.call_function(operator.mul, (x, x))
+            total = gm.graph.call_function(torch.sum, (sq,) if dim is None else (sq, dim), {} if dim is None
+                                           else {"keepdim": keepdim})
+            out = gm.graph.call_function(torch.sqrt, (total,))
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)

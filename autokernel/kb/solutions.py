@@ -49,6 +49,7 @@ from autokernel.kb.source_pieces import (
     HELPERS,
     OP_EXPR,
     TORCH_ONLY_ENTRY,
+    _kb_is_block,
     starter_pieces,
     strip_docstring,
 )
@@ -390,7 +391,7 @@ def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
                     mode = "row"
                 elif s is not None and s == shape[:-1] + (1,):
                     mode = "col"
-                elif s is not None and _is_block(s, shape):
+                elif s is not None and _kb_is_block(s, shape):
                     mode = "block"
                 else:
                     ok = False
@@ -399,16 +400,6 @@ def _fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
         if ok and any(mode == "full" for _i, mode in inputs):
             groups[root] = {"root": root, "members": members, "inputs": inputs}
     return groups
-
-
-def _is_block(s: tuple, shape: tuple) -> bool:
-    """s broadcasts to shape with its non-1 dims one run of shape's dims ([C, 1, 1] against
-    [N, C, H, W]), so its elements in order are a cycle of (offset // inner) % size."""
-    if len(s) > len(shape):
-        return False
-    s = (1,) * (len(shape) - len(s)) + tuple(s)
-    big = [d for d, v in enumerate(s) if v != 1]
-    return not big or all(s[d] == shape[d] for d in range(big[0], big[-1] + 1))
 
 
 def _root_of(node, parent: dict):

@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import re
+
+def _kb_is_block(shape, full):
+    """shape broadcasts to full with its non-1 dims one run of full's dims ([C, 1, 1] against
+    [N, C, H, W]): its elements in order are a cycle of (offset // inner) % size. The generator
+    uses it on traced shapes; the solution file carries its source for run-time shapes."""
+    if len(shape) > len(full):
+        return False
+    shape = (1,) * (len(full) - len(shape)) + tuple(shape)
+    big = [d for d, v in enumerate(shape) if v != 1]
+    return not big or all(shape[d] == full[d] for d in range(big[0], big[-1] + 1))
+
 
 EW_SOURCE = '''
 # ---- generic elementwise Triton kernel (autokernel kb) -------------------------------------------
@@ -43,15 +55,18 @@ def _kb_smooth_l1(d, beta):
 
 
 @triton.jit
-def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, OP: tl.constexpr, HAS_Y: tl.constexpr,
-                  BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, inner, size, OP: tl.constexpr,
+                  HAS_Y: tl.constexpr, BLOCK: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = base + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=1.0).to(tl.float32)
     if HAS_Y == 1:  # y of x's shape
         y = tl.load(y_ptr + offs, mask=mask, other=1.0).to(tl.float32)
     elif HAS_Y == 2:  # y a row along the last dim (a bias)
         y = tl.load(y_ptr + offs % ncols, mask=mask, other=1.0).to(tl.float32)
+    elif HAS_Y == 3:  # y broadcast over a run of x's dims ([C, 1, 1], [rows, 1], one element)
+        y = tl.load(y_ptr + _kb_bidx(base, inner, size, BLOCK), mask=mask, other=1.0).to(tl.float32)
     else:
         y = alpha
     if OP == 0:  # relu
@@ -129,6 +144,9 @@ def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
     return (q0 + j // inner) % size
 
 
+# @IS_BLOCK@
+
+
 def _kb_block(full, shape):
     """(inner, size) of a tensor of `shape` broadcast to `full`, whose non-1 dims are one run of
     full's dims: element i of the broadcast is element (i // inner) % size of the tensor."""
@@ -147,12 +165,15 @@ def _kb_block(full, shape):
 
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
-    mode = 0
+    mode, inner, size = 0, 1, 1
     if isinstance(y, torch.Tensor):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         dtype = torch.result_type(x, y)
         if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
             mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
+        elif tuple(shape) == tuple(x.shape) and _kb_is_block(y.shape, shape):
+            mode, xx, yy = 3, x.to(dtype).contiguous(), y.to(dtype).contiguous()
+            inner, size = _kb_block(shape, y.shape)
         else:
             mode = 1
             xx = x.to(dtype).expand(shape).contiguous()
@@ -166,10 +187,11 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     if n == 0:
         return out
     _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
-                                               float(alpha), float(beta), OP=op, HAS_Y=mode, BLOCK=EW_BLOCK,
-                                               num_warps=EW_WARPS)
+                                               float(alpha), float(beta), inner, size, OP=op, HAS_Y=mode,
+                                               BLOCK=EW_BLOCK, num_warps=EW_WARPS)
     return out
 '''
+EW_SOURCE = EW_SOURCE.replace("# @IS_BLOCK@\n", inspect.getsource(_kb_is_block))
 
 EW_SPACE = {"EW_BLOCK": [256, 512, 1024, 2048, 4096], "EW_WARPS": [1, 2, 4, 8]}
 
@@ -230,9 +252,10 @@ def _kb_layer_norm(x, weight, bias, eps):
     return kernel_fn(x.reshape(-1, cols), weight.reshape(-1), bias.reshape(-1), eps).reshape(x.shape)
 ''',
     "rmsnorm": '''
-def _kb_rms_norm(x, dim, eps):
-    """x / sqrt(mean(x ** 2, dim, keepdim=True) + eps) in one read and one write of x."""
-    return rms_norm_dim(x, dim, eps)
+def _kb_rms_norm(x, dim, eps, mean=True):
+    """x / sqrt(mean(x ** 2, dim, keepdim=True) + eps) (the sum without `mean`) in one read and
+    one write of x."""
+    return rms_norm_dim(x, dim, eps, mean)
 ''',
     "reduce": '''
 def _kb_sum(x, dim=None, keepdim=False):

@@ -82,7 +82,7 @@ def _rmsnorm_looped(x_ptr, w_ptr, y_ptr, cols, eps, sxr, sxc, sw, syr, BLOCK: tl
 
 
 @triton.jit
-def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, R_BLOCK: tl.constexpr, I_BLOCK: tl.constexpr,
+def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, div, R_BLOCK: tl.constexpr, I_BLOCK: tl.constexpr,
                   ONE_TILE: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // inner_tiles).to(tl.int64)
@@ -95,7 +95,7 @@ def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, R_BLOCK: tl.constexp
         m = (r < R)[:, None] & imask[None, :]
         offs = r[:, None].to(tl.int64) * inner + i[None, :]
         x = tl.load(base + offs, mask=m, other=0.0).to(tl.float32)
-        d = tl.sqrt(tl.sum(x * x, axis=0) / R + eps)
+        d = tl.sqrt(tl.sum(x * x, axis=0) / div + eps)
         tl.store(ybase + offs, (x / d[None, :]).to(y_ptr.dtype.element_ty), mask=m)
     else:
         acc = tl.zeros([R_BLOCK, I_BLOCK], tl.float32)
@@ -104,7 +104,7 @@ def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, R_BLOCK: tl.constexp
             m = (rr < R)[:, None] & imask[None, :]
             x = tl.load(base + rr[:, None].to(tl.int64) * inner + i[None, :], mask=m, other=0.0).to(tl.float32)
             acc += x * x
-        d = tl.sqrt(tl.sum(acc, axis=0) / R + eps)
+        d = tl.sqrt(tl.sum(acc, axis=0) / div + eps)
         for start in range(0, R, R_BLOCK):
             rr = start + r
             m = (rr < R)[:, None] & imask[None, :]
@@ -113,16 +113,16 @@ def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, R_BLOCK: tl.constexp
             tl.store(ybase + offs, (x / d[None, :]).to(y_ptr.dtype.element_ty), mask=m)
 
 
-def rms_norm_dim(x, dim, eps):
+def rms_norm_dim(x, dim, eps, mean=True):
     """x / sqrt(mean(x ** 2, dim, keepdim=True) + eps) over one dim of x, without a weight: RMS
-    normalisation written out as KernelBench L1 36 does (over the channels of NCHW). fp32 math, one
-    rounding. The last dim takes the row kernels; another is normalised in place as [outer, R,
-    inner] tiles, no transposing copy."""
+    normalisation written out as KernelBench L1 36 does (over the channels of NCHW); with mean
+    False, x / sqrt(sum(x ** 2) + eps), the L2 normalisation (x / torch.norm(x, dim=d)). fp32 math.
+    The mean over the last dim takes the row kernels; the rest is normalised in place as
+    [outer, R, inner] tiles (inner 1 for the last dim), no transposing copy."""
     dim %= max(x.dim(), 1)
-    if dim == x.dim() - 1:
+    if dim == x.dim() - 1 and mean:
         n = x.shape[-1]
-        ones = torch.ones(n, device=x.device, dtype=x.dtype)
-        return kernel_fn(x.reshape(-1, n), ones, eps).reshape(x.shape)
+        return kernel_fn(x.reshape(-1, n), torch.ones(n, device=x.device, dtype=x.dtype), eps).reshape(x.shape)
     x = x.contiguous()
     y = torch.empty_like(x)
     if y.numel() == 0:
@@ -132,8 +132,8 @@ def rms_norm_dim(x, dim, eps):
     one_tile = triton.next_power_of_2(R) * i_block <= COL_TILE
     r_block = triton.next_power_of_2(R) if one_tile else max(1, COL_TILE // i_block)
     tiles = triton.cdiv(inner, i_block)
-    _rmsnorm_cols[(outer * tiles,)](x, y, R, inner, tiles, float(eps), R_BLOCK=r_block, I_BLOCK=i_block,
-                                    ONE_TILE=one_tile, num_warps=COL_WARPS)
+    _rmsnorm_cols[(outer * tiles,)](x, y, R, inner, tiles, float(eps), float(R if mean else 1), R_BLOCK=r_block,
+                                    I_BLOCK=i_block, ONE_TILE=one_tile, num_warps=COL_WARPS)
     return y
 
 
