@@ -249,18 +249,26 @@ class OpRules:
         # a non-last dim comes back as a permuted view: copied to x's layout only where that matters
         return f"_kb_softmax({self.fmt(x)}, {dim}, contiguous={_needs_layout(node)}{', log=True' if log else ''})"
 
+    def fold_plan(self, key: str, find) -> dict:
+        """node -> the pattern `find` found ending at it (a dict with "folded", the nodes before it
+        that its one call computes too, and "out", the node making the call, itself by default),
+        or None for a folded node; built once per graph. A node two patterns would claim (one
+        scan's outer flip the next one's inner flip) stays with the first: the later pattern stays
+        torch ops."""
+        plans = self.__dict__.setdefault("_fold_plans", {})
+        if key not in plans:
+            plan = plans[key] = {}
+            for n in self.gm.graph.nodes:
+                p = find(n)
+                out = p.get("out", n) if p else None
+                if p and not any(f in plan for f in p["folded"] + [out]):
+                    plan.update(dict.fromkeys(p["folded"]))
+                    plan[out] = p
+        return plans[key]
+
     def scan_call(self, node) -> str | None:
         """_kb_scan for the node making a scan's call, '' for a node folded into one (no line)."""
-        plan = getattr(self, "_scan_plan", None)
-        if plan is None:
-            plan = self._scan_plan = {}
-            for n in self.gm.graph.nodes:
-                s = scan_of(n)
-                # a node two chains would claim (one's outer flip the next one's inner flip): the
-                # later scan stays a torch op
-                if s and not any(f in plan for f in s["folded"] + [s["out"]]):
-                    plan.update(dict.fromkeys(s["folded"]))
-                    plan[s["out"]] = s
+        plan = self.fold_plan("scan", scan_of)
         if node not in plan:
             return None
         self.scan.add(node)
@@ -307,16 +315,9 @@ class OpRules:
 
     def rms_call(self, node) -> str | None:
         """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
-        plan = getattr(self, "_rms_plan", None)
-        if plan is None:
-            from autokernel.kb.norm_rules import rms_of
+        from autokernel.kb.norm_rules import rms_of
 
-            plan = self._rms_plan = {}
-            for n in self.gm.graph.nodes:
-                r = rms_of(n)
-                if r and not any(f in plan for f in r["folded"]):
-                    plan.update(dict.fromkeys(r["folded"]))
-                    plan[n] = r
+        plan = self.fold_plan("rms", rms_of)
         if node not in plan:
             return None
         r = plan[node]

@@ -310,14 +310,13 @@ class _Emitter(OpRules):
         start = ("base = tl.program_id(0).to(tl.int64) * BLOCK\n    offs = base + tl.arange(0, BLOCK)" if blocks
                  else "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
         largs = "".join(f"*_kb_block(x{full}.shape, x{k}.shape), " for k in blocks)
+        head = (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, {kargs}BLOCK: tl.constexpr):\n"
+                f"    {start}\n    mask = offs < n\n" + "\n".join(loads) + "\n" + "\n".join(steps) + "\n")
         if g.get("reduce"):
             # fp32 partial sums of the unrounded values; the starter's row sum scales once and
             # rounds once, as torch's mean does
             scale = "(1.0 / n if n else float('nan'))" if g["reduce"] == "mean" else "1.0"
-            return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, {kargs}BLOCK: tl.constexpr):\n"
-                    f"    {start}\n    mask = offs < n\n"
-                    + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
-                    f"    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.where(mask, {last}, 0.0), axis=0))\n\n\n"
+            return (head + f"    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.where(mask, {last}, 0.0), axis=0))\n\n\n"
                     f"def _kb_fused_{gid}({xs}):\n"
                     f"    \"\"\"{ops}, fused in one kernel, then the {g['reduce']} of all of it.\"\"\"\n"
                     f"    n = x{full}.numel()\n"
@@ -326,10 +325,7 @@ class _Emitter(OpRules):
                     f"        _kb_fused_{gid}_kernel[(partial.shape[1],)]({conts}, partial, n, x{full}.shape[-1], {largs}"
                     f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n"
                     f"    return _row_sums(partial, {scale}).reshape(()).to({dtype})\n")
-        return (f"\n\n@triton.jit\ndef _kb_fused_{gid}_kernel({ptrs}, out_ptr, n, ncols, {kargs}BLOCK: tl.constexpr):\n"
-                f"    {start}\n    mask = offs < n\n"
-                + "\n".join(loads) + "\n" + "\n".join(steps) + "\n"
-                f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
+        return (head + f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
                 f"def _kb_fused_{gid}({xs}):\n"
                 f"    \"\"\"{ops}, fused in one kernel.\"\"\"\n"
                 f"    out = torch.empty(x{full}.shape, device=x{full}.device, dtype={dtype})\n"
