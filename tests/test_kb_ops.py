@@ -397,6 +397,46 @@ def test_losses_run_elementwise_kernels_and_the_reduce_starter(home, expr, targe
     assert call in sol.source and "_kb_mean(" not in sol.source.split("class ModelNew")[1]
 
 
+DIST = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.triplet = nn.TripletMarginLoss(margin=0.7)
+
+    def forward(self, predictions, targets):
+        return {expr}
+'''
+
+
+@pytest.mark.parametrize("expr, inputs, kept", [
+    # L1 98: KLDivLoss of log-probabilities against probabilities, batchmean: the size read at run time
+    ("F.kl_div(torch.log(predictions), targets, reduction='batchmean')", "SOFT", [".size"]),
+    ("F.kl_div(predictions, targets.log(), reduction='sum', log_target=True)", "SOFT", []),
+    # zeros in the target (made by torch ops): 0 * log 0 is 0
+    ("F.kl_div(torch.log(predictions), targets * (targets > 0.02))", "SOFT", ["gt", "mul"]),
+    # L1 97: 1 - cosine similarity, averaged
+    ("torch.mean(1 - F.cosine_similarity(predictions, targets, dim=1))", "RANDN", []),
+    ("F.cosine_similarity(predictions, targets * 0.0, dim=-1, eps=1e-6)", "RANDN", []),  # a zero norm: eps
+    # L1 99: TripletMarginLoss (module and function)
+    ("self.triplet(predictions, targets, targets * 0.5 + 0.1)", "RANDN", []),
+    ("F.triplet_margin_loss(predictions, targets, -targets, margin=0.2, reduction='sum')", "RANDN", []),
+], ids=["kl-batchmean", "kl-log-target-sum", "kl-zero-targets", "cosine-loss", "cosine-zero-norm", "triplet-module",
+        "triplet-function-sum"])
+def test_distance_losses_become_elementwise_ops_and_sums(home, expr, inputs, kept):
+    inputs = {"SOFT": "[torch.randn(8, 30).softmax(-1), torch.randn(8, 30).softmax(-1)]",
+              "RANDN": "[torch.randn(8, 30), torch.randn(8, 30)]"}[inputs]
+    sol = check(problem(DIST.format(expr=expr), inputs), atol=1e-5, rtol=1e-5)
+    assert sol.library == "reduce" and sol.kept == kept and any(r.startswith("ew:") for r in sol.replaced)
+
+
+def test_triplet_loss_with_another_norm_stays_torch(home):
+    from autokernel.kb.solutions import initial_solution
+
+    p = problem(DIST.format(expr="F.triplet_margin_loss(predictions, targets, -targets, p=1)"),
+                "[torch.randn(8, 30), torch.randn(8, 30)]")
+    assert "triplet_margin_loss" in initial_solution(p).kept
+
+
 @pytest.mark.parametrize("inputs, dtype, tol", [
     ("[torch.randn(6, 40).half() * 4, torch.randn(6, 40).half()]", torch.float16, 1e-2),
     ("[torch.randn(0, 40), torch.randn(0, 40)]", torch.float32, 0.0),  # the mean of nothing: nan

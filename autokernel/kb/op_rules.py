@@ -11,7 +11,7 @@ import operator
 
 from autokernel.kb.dimred_pieces import DIMRED_OPS
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
-                                         SMOOTH_L1, SOFTPLUS, UNARY, starter_constant)
+                                         SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
 
 _INPLACE_ARG = {"relu", "mish", "hardswish", "selu", "hardsigmoid"}  # the unary functions of torch.nn.functional with inplace=
 
@@ -56,7 +56,7 @@ def _fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod", "log_softmax"):
+                     "prod", "log_softmax", "xlogy"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -421,6 +421,9 @@ class OpRules:
             return self.ew_unary(20, x)
         if name == "pow" and rest == [3] and not kw2:  # MinGPT's GELU (L1 88) cubes x
             return self.ew_unary(CUBE, x)
+        if name == "xlogy" and len(rest) == 1 and not kw2 and _is_float_tensor(x) and _is_float_tensor(rest[0]):
+            self.last_ew = (XLOGY, x, rest[0], 0.0, 0.0)
+            return f"_kb_ew({XLOGY}, {self.fmt(x)}, {self.fmt(rest[0])})"
         if name == "leaky_relu":
             allk = dict(zip(("negative_slope", "inplace"), rest), **kw2)
             if set(allk) <= {"negative_slope", "inplace"} and not allk.get("inplace") \

@@ -11,8 +11,29 @@ import operator
 def rewrite(gm) -> None:
     split_linear_bias(gm)
     decompose_losses(gm)
+    decompose_distance_losses(gm)
     decompose_norms(gm)
     gm.recompile()
+
+
+def _reduced(g, per, reduction: str, batch_of=None):
+    """The per-element loss reduced as torch's `reduction` names it ('batchmean': the sum over
+    the batch size, read from `batch_of` at run time)."""
+    import torch
+
+    if reduction == "mean":
+        return g.call_function(torch.mean, (per,))
+    total = g.call_function(torch.sum, (per,))
+    if reduction == "batchmean":
+        return g.call_function(operator.truediv, (total, g.call_method("size", (batch_of, 0))))
+    return total
+
+
+def _norm2(g, x, dim: int):
+    """sqrt(sum(x * x, dim)): the 2-norm along one dim."""
+    import torch
+
+    return g.call_function(torch.sqrt, (g.call_function(torch.sum, (g.call_function(operator.mul, (x, x)), dim)),))
 
 
 def split_linear_bias(gm) -> None:
@@ -102,3 +123,81 @@ def decompose_norms(gm) -> None:
             out = gm.graph.call_function(torch.sqrt, (total,))
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
+
+
+def decompose_distance_losses(gm) -> None:
+    """F.kl_div, F.cosine_similarity and the triplet margin loss (function or nn module) -> the
+    elementwise ops and sums torch computes them with, so the elementwise kernel and the reduce
+    starter take them (KernelBench L1 97-99):
+    - kl_div(input, target) = xlogy(target, target) - target * input per element (exp(target) *
+      (target - input) with log_target), then the reduction ('batchmean': the sum over the batch);
+    - cosine_similarity(a, b, dim, eps) = sum(a / max(|a|, eps) * (b / max(|b|, eps)), dim), the
+      norms taken along dim, as ATen does;
+    - triplet_margin_loss (p = 2, no swap) = max(d(a, p) - d(a, n) + margin, 0) reduced, with
+      d(x, y) = |x - y + eps| along the last dim (pairwise_distance)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    g = gm.graph
+    for node in list(g.nodes):
+        if node.op == "call_function" and node.target is F.kl_div:
+            a = dict(zip(("input", "target", "size_average", "reduce", "reduction", "log_target"), node.args),
+                     **node.kwargs)
+            red = a.get("reduction", "mean")
+            if a.get("size_average") is not None or a.get("reduce") is not None \
+                    or red not in ("mean", "sum", "batchmean", "none") or not isinstance(a.get("log_target", False), bool):
+                continue
+            x, t = a["input"], a["target"]
+            with g.inserting_before(node):
+                if a.get("log_target", False):
+                    per = g.call_function(operator.mul, (g.call_function(torch.exp, (t,)),
+                                                         g.call_function(operator.sub, (t, x))))
+                else:
+                    per = g.call_function(operator.sub, (g.call_function(torch.xlogy, (t, t)),
+                                                         g.call_function(operator.mul, (t, x))))
+                out = per if red == "none" else _reduced(g, per, red, x)
+        elif node.op == "call_function" and node.target is F.cosine_similarity:
+            a = dict(zip(("x1", "x2", "dim", "eps"), node.args), **node.kwargs)
+            dim, eps = a.get("dim", 1), a.get("eps", 1e-8)
+            if set(a) - {"x1", "x2", "dim", "eps"} or not isinstance(dim, int) or not isinstance(eps, (int, float)):
+                continue
+            with g.inserting_before(node):
+                unit = []
+                for v in (a["x1"], a["x2"]):
+                    n = g.call_function(torch.sum, (g.call_function(operator.mul, (v, v)), dim), {"keepdim": True})
+                    n = g.call_function(torch.clamp, (g.call_function(torch.sqrt, (n,)),), {"min": float(eps)})
+                    unit.append(g.call_function(operator.truediv, (v, n)))
+                out = g.call_function(torch.sum, (g.call_function(operator.mul, tuple(unit)), dim))
+        elif _is_triplet(gm, node):
+            mod = gm.get_submodule(node.target) if node.op == "call_module" else None
+            names = ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "size_average", "reduce",
+                     "reduction")
+            a = dict(zip(names, node.args), **node.kwargs)
+            if mod is not None:
+                a.update(margin=mod.margin, p=mod.p, eps=mod.eps, swap=mod.swap, reduction=mod.reduction)
+            red = a.get("reduction", "mean")
+            if a.get("p", 2) not in (2, 2.0) or a.get("swap") or a.get("size_average") is not None \
+                    or a.get("reduce") is not None or red not in ("mean", "sum", "none") \
+                    or not all(isinstance(a.get(k, 1.0), (int, float)) for k in ("margin", "eps")):
+                continue
+            eps, margin = float(a.get("eps", 1e-6)), float(a.get("margin", 1.0))
+            with g.inserting_before(node):
+                d = [_norm2(g, g.call_function(operator.add, (g.call_function(operator.sub, (a["anchor"], other)), eps)),
+                            -1) for other in (a["positive"], a["negative"])]
+                gap = g.call_function(operator.add, (g.call_function(operator.sub, tuple(d)), margin))
+                per = g.call_function(torch.clamp, (gap,), {"min": 0.0})
+                out = per if red == "none" else _reduced(g, per, red)
+        else:
+            continue
+        node.replace_all_uses_with(out)
+        g.erase_node(node)
+
+
+def _is_triplet(gm, node) -> bool:
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if node.op == "call_function":
+        return node.target is F.triplet_margin_loss
+    return node.op == "call_module" and type(gm.get_submodule(node.target)) is nn.TripletMarginLoss

@@ -5,8 +5,9 @@ large is allocated, and inputs made on "cuda" trace without a GPU) and its forwa
 as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax and log_softmax over one dim, layer_norm (over any trailing dims),
-  sum / mean over one dim, adjacent dims or all -> reduce (losses: their per-element part is
-  elementwise, see rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
+  sum / mean over one dim, adjacent dims or all -> reduce (losses, KL divergence, cosine
+  similarity, the triplet margin loss and torch.norm: their per-element part is elementwise, see
+  rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
   mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
   scaled_dot_product_attention -> flash_attention,
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter

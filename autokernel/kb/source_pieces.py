@@ -130,6 +130,8 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, inner, size, OP:
         r = 1.0507009873554805 * tl.where(x > 0.0, x, 1.6732632423543772 * (tl.exp(x) - 1.0))
     elif OP == 30:  # hardsigmoid, as torch: relu6(x + 3) / 6
         r = tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    elif OP == 31:  # xlogy: 0 where x is 0 (the KL divergence's 0 * log 0)
+        r = tl.where(x == 0.0, 0.0, x * tl.log(y))
     else:  # smooth_l1(x - y, beta=alpha)
         r = _kb_smooth_l1(x - y, alpha)
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
@@ -292,7 +294,7 @@ def kernel_fn(*args):
 
 UNARY = {"relu": 0, "gelu": 1, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "neg": 7, "abs": 8, "rsqrt": 9,
          "sqrt": 21, "log": 22, "mish": 23, "hardswish": 25, "selu": 29, "hardsigmoid": 30}
-MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1, CUBE = 23, 24, 25, 26, 27, 28
+MISH, SOFTPLUS, HARDSWISH, ELU, SMOOTH_L1, CUBE, XLOGY = 23, 24, 25, 26, 27, 28, 31
 MAXIMUM, MINIMUM, CLAMP = 16, 17, 18
 BINARY = {"add": 10, "sub": 11, "mul": 12, "truediv": 13, "div": 13}
 REVERSED = {10: 10, 11: 14, 12: 12, 13: 15}  # scalar OP tensor -> tensor OP' scalar
@@ -330,6 +332,7 @@ OP_EXPR = {
     28: "{x} * {x} * {x}",
     29: "1.0507009873554805 * tl.where({x} > 0.0, {x}, 1.6732632423543772 * (tl.exp({x}) - 1.0))",
     30: "tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
+    31: "tl.where({x} == 0.0, 0.0, {x} * tl.log({y}))",
 }
 
 
