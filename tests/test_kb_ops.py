@@ -489,6 +489,46 @@ def test_official_loss_problems(home, name, replaced, fused, call):
     check(replace(p, code=small))
 
 
+# -- convolutions (when nothing else would run a kernel of ours) ---------------------------------------
+
+CONV = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = {init}
+
+    def forward(self, x):
+        return {expr}
+'''
+
+
+@pytest.mark.parametrize("init, expr, x", [
+    ("nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)", "self.c(x)", "(2, 3, 9, 10)"),
+    ("nn.Conv2d(20, 70, (3, 2), stride=(1, 2), padding=(2, 0), dilation=(2, 1))", "self.c(x)", "(1, 20, 7, 9)"),
+    ("nn.Conv1d(4, 6, 5, dilation=2)", "self.c(x)", "(2, 4, 30)"),
+    ("nn.Conv3d(2, 4, (3, 2, 3), padding=(1, 0, 1))", "self.c(x)", "(1, 2, 5, 6, 7)"),
+    ("nn.Conv2d(6, 12, 3, groups=6, padding='same')", "self.c(x)", "(2, 6, 8, 8)"),  # depthwise, x2
+    ("nn.Conv2d(4, 6, 4, groups=2, padding='valid')", "self.c(x)", "(2, 4, 9, 9)"),
+    ("nn.Conv2d(3, 8, 3)", "F.conv2d(x, self.c.weight, self.c.bias, 1, 1)", "(2, 3, 9, 10)"),
+], ids=["2d-stride-pad", "2d-rect-dilated-many-channels", "1d-dilated", "3d", "depthwise-same", "grouped-valid",
+        "function"])
+def test_a_lone_convolution_runs_the_generated_conv_kernel(home, init, expr, x):
+    """KernelBench level 1's convolutions started torch-only (refused by the judge): a convolution
+    with nothing else of ours to run now takes the implicit-GEMM kernel (fp32 products in fp32)."""
+    from autokernel.kb.solutions import KIND_CONV
+
+    sol = check(problem(CONV.format(init=init, expr=expr), f"[torch.randn{x}]"), atol=1e-4, rtol=1e-4)
+    assert sol.kind == KIND_CONV and not sol.kept and len(sol.replaced) == 1 and sol.replaced[0].startswith("conv:")
+
+
+def test_a_convolution_next_to_our_elementwise_kernels_stays_cudnns(home):
+    from autokernel.kb.solutions import KIND_ELEMENTWISE
+
+    sol = check(problem(CONV.format(init="nn.Conv2d(3, 8, 3)", expr="torch.relu(self.c(x)) * 2.0"),
+                        "[torch.randn(2, 3, 9, 10)]"))
+    assert sol.kind == KIND_ELEMENTWISE and sol.kept == ["Conv2d"]
+
+
 # -- max / min / argmax / argmin / prod over a dim -----------------------------------------------------
 
 @pytest.mark.parametrize("expr, inputs, ops", [

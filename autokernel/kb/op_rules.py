@@ -56,7 +56,7 @@ def _fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod", "log_softmax", "xlogy"):
+                     "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -169,6 +169,34 @@ def sdpa_call(node) -> dict | None:
         return None
     flash = qs == ks and vd == qd and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
     return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
+
+
+def conv_args(gm, node) -> dict | None:
+    """{x, weight, bias, stride, padding, dilation, groups} of an nn.Conv1d/2d/3d (zero padding)
+    or F.conv1d/2d/3d node of a float input, with its hyper-parameters constants; else None.
+    weight and bias are source text for a module (its attributes), nodes for a function."""
+    import torch.nn as nn
+
+    keys = ("stride", "padding", "dilation", "groups")
+    if node.op == "call_module":
+        mod = gm.get_submodule(node.target)
+        if type(mod) not in (nn.Conv1d, nn.Conv2d, nn.Conv3d) or mod.padding_mode != "zeros" or len(node.args) != 1 \
+                or node.kwargs:
+            return None
+        ref = f"self.get_submodule({node.target!r})"
+        a = {"x": node.args[0], "weight": f"{ref}.weight", "bias": f"{ref}.bias" if mod.bias is not None else None,
+             **{k: getattr(mod, k) for k in keys}}
+    elif node.op == "call_function" and _fn_name(node.target) in ("conv1d", "conv2d", "conv3d"):
+        a = dict(zip(("x", "weight", "bias") + keys, node.args),
+                 **{("x" if k == "input" else k): v for k, v in node.kwargs.items()})
+        if set(a) - {"x", "weight", "bias", *keys} or not _is_float_tensor(a.get("weight")):
+            return None
+    else:
+        return None
+    consts = [a.get(k, 1) for k in keys]
+    if not _is_float_tensor(a.get("x")) or any(not isinstance(v, (int, tuple, list, str)) for v in consts):
+        return None
+    return a
 
 
 def main_op(gm) -> str | None:
@@ -313,6 +341,17 @@ class OpRules:
         self.dimred.add(node)
         return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
 
+    def conv_call(self, node) -> str | None:
+        """_kb_conv for a convolution, when the emitter takes them (use_conv)."""
+        a = conv_args(self.gm, node) if getattr(self, "use_conv", False) else None
+        if a is None:
+            return None
+        self.conv.add(node)
+        text = [v if isinstance(v, str) and k in ("weight", "bias") else self.fmt(v) for k, v in
+                (("weight", a["weight"]), ("bias", a.get("bias")))]
+        hyper = ", ".join(f"{k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups") if k in a)
+        return f"_kb_conv({self.fmt(a['x'])}, {text[0]}, {text[1]}{', ' + hyper if hyper else ''})"
+
     def rms_call(self, node) -> str | None:
         """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
         from autokernel.kb.norm_rules import rms_of
@@ -329,6 +368,9 @@ class OpRules:
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
+        conv = self.conv_call(node)
+        if conv is not None:
+            return conv
         if self.main == "rmsnorm":
             rms = self.rms_call(node)
             if rms is not None:
