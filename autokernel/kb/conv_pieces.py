@@ -1,9 +1,10 @@
-"""The source pieces of the generated convolution kernel: nn.Conv1d / Conv2d / Conv3d (and
-F.conv1d/2d/3d) forward as an implicit GEMM, for problems that would otherwise start torch-only
+"""The source pieces of the generated convolution kernel: nn.Conv1d / Conv2d / Conv3d and their
+transposes (and the F. functions) forward as an implicit GEMM, for problems that would otherwise start torch-only
 (KernelBench level 1's convolutions; level 2 keeps cuDNN's convolution next to its fused
 elementwise kernels). Every case is the 3-D one with unit dims prepended: rows are the output
 positions (n, od, oh, ow), columns the output channels of one group, and the reduction runs over
-(input channel, kd, kh, kw), the input gathered with masks for padding. fp32 products are true
+(input channel, kd, kh, kw), the input gathered with masks for padding (a transposed convolution
+gathers the inputs whose stride step lands on the output position). fp32 products are true
 fp32 ("ieee"), as the judge turns TF32 off for the reference. Like the scan kernel, it carries its
 own tunables.
 """
@@ -21,7 +22,7 @@ CONV_WARPS = 4
 @triton.jit
 def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                     sd, sh, sw, pd, ph, pw, dd, dh, dw, cpg, opg, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    TRANSPOSED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     g = tl.program_id(2)
     M = N * OD * OH * OW
     K = cpg * KD * KH * KW
@@ -42,16 +43,28 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
         kh = t % KH
         t = t // KH
         kd = t % KD
-        c = g * cpg + t // KD
-        i_d = od[:, None] * sd - pd + kd[None, :] * dd
-        i_h = oh[:, None] * sh - ph + kh[None, :] * dh
-        i_w = ow[:, None] * sw - pw + kw[None, :] * dw
-        inside = (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W)
+        ci = t // KD
+        c = g * cpg + ci
+        if TRANSPOSED:  # output o gathers input i where o = i * s - p + k * d
+            e_d = od[:, None] + pd - kd[None, :] * dd
+            e_h = oh[:, None] + ph - kh[None, :] * dh
+            e_w = ow[:, None] + pw - kw[None, :] * dw
+            inside = (e_d >= 0) & (e_d % sd == 0) & (e_h >= 0) & (e_h % sh == 0) & (e_w >= 0) & (e_w % sw == 0)
+            i_d, i_h, i_w = e_d // sd, e_h // sh, e_w // sw
+        else:
+            i_d = od[:, None] * sd - pd + kd[None, :] * dd
+            i_h = oh[:, None] * sh - ph + kh[None, :] * dh
+            i_w = ow[:, None] * sw - pw + kw[None, :] * dw
+            inside = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+        inside = inside & (i_d < D) & (i_h < H) & (i_w < W)
         valid = inside & (rm < M)[:, None] & (rk < K)[None, :]
         x_off = (((n[:, None] * C + c[None, :]) * D + i_d) * H + i_h) * W + i_w
         a = tl.load(x_ptr + x_off, mask=valid, other=0.0)
-        b = tl.load(w_ptr + oc[None, :].to(tl.int64) * K + rk[:, None],
-                    mask=(rk < K)[:, None] & (rn < opg)[None, :], other=0.0)
+        if TRANSPOSED:  # weight [C, OC / groups, KD, KH, KW]
+            w_off = (c[:, None].to(tl.int64) * opg + rn[None, :]) * (KD * KH * KW) + (rk % (KD * KH * KW))[:, None]
+        else:  # weight [OC, C / groups, KD, KH, KW]: rows of K
+            w_off = oc[None, :].to(tl.int64) * K + rk[:, None]
+        b = tl.load(w_ptr + w_off, mask=(rk < K)[:, None] & (rn < opg)[None, :], other=0.0)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
@@ -63,9 +76,9 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
     tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < opg)[None, :])
 
 
-def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, transposed=False, output_padding=0):
     """F.conv1d / conv2d / conv3d (by weight.dim()), zero padding: an int, a tuple, 'valid' or
-    'same'."""
+    'same'; with `transposed`, F.conv_transpose1d / 2d / 3d."""
     nd = weight.dim() - 2
 
     def three(v, fill):
@@ -78,7 +91,12 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     OC, cpg, KD, KH, KW = ws.shape
     s, d = three(stride, 1), three(dilation, 1)
     span = [dl * (k - 1) for dl, k in zip(d, (KD, KH, KW))]
-    if padding == "same":  # stride 1; the odd extra padding goes after, as torch's
+    if transposed:
+        OC, cpg = cpg * groups, C // groups
+        p = three(padding, 0)
+        out = tuple((size - 1) * st - 2 * pp + sp + op + 1
+                    for size, st, pp, sp, op in zip((D, H, W), s, p, span, three(output_padding, 0)))
+    elif padding == "same":  # stride 1; the odd extra padding goes after, as torch's
         p = [sp // 2 for sp in span]
         out = (D, H, W)
     else:
@@ -87,11 +105,11 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     OD, OH, OW = out
     y = torch.empty((N, OC, OD, OH, OW), device=x.device, dtype=x.dtype)
     opg = OC // groups
-    if y.numel() and cpg * KD * KH * KW:
+    if y.numel() and cpg * KD * KH * KW and x.numel():
         grid = (triton.cdiv(N * OD * OH * OW, CONV_BLOCK_M), triton.cdiv(opg, CONV_BLOCK_N), groups)
         _kb_conv_kernel[grid](xs, ws, bias if bias is not None else ws, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                               *s, *p, *d, cpg, opg, HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-                              BLOCK_M=CONV_BLOCK_M, BLOCK_N=CONV_BLOCK_N, BLOCK_K=CONV_BLOCK_K, num_warps=CONV_WARPS)
+                              TRANSPOSED=transposed, BLOCK_M=CONV_BLOCK_M, BLOCK_N=CONV_BLOCK_N, BLOCK_K=CONV_BLOCK_K, num_warps=CONV_WARPS)
     elif y.numel():
         y.zero_()
         if bias is not None:
@@ -104,7 +122,7 @@ CONV_SPACE = {"CONV_BLOCK_M": [32, 64, 128], "CONV_BLOCK_N": [16, 32, 64, 128], 
 
 CONV_ENTRY = '''
 
-def kernel_fn(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def kernel_fn(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, transposed=False, output_padding=0):
     """The file's entry function: the generated convolution kernel."""
-    return _kb_conv(x, weight, bias, stride, padding, dilation, groups)
+    return _kb_conv(x, weight, bias, stride, padding, dilation, groups, transposed, output_padding)
 '''

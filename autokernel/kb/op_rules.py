@@ -56,7 +56,8 @@ def _fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d"):
+                     "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                     "conv_transpose2d", "conv_transpose3d"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -171,28 +172,42 @@ def sdpa_call(node) -> dict | None:
     return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
 
 
+_CONV_KEYS = ("stride", "padding", "dilation", "groups")
+_TRANSPOSED_KEYS = ("stride", "padding", "output_padding", "groups", "dilation")  # F.conv_transpose*'s order
+
+
 def conv_args(gm, node) -> dict | None:
-    """{x, weight, bias, stride, padding, dilation, groups} of an nn.Conv1d/2d/3d (zero padding)
-    or F.conv1d/2d/3d node of a float input, with its hyper-parameters constants; else None.
-    weight and bias are source text for a module (its attributes), nodes for a function."""
+    """{x, weight, bias, stride, padding, dilation, groups[, transposed, output_padding]} of an
+    nn.Conv1d/2d/3d or nn.ConvTranspose1d/2d/3d (zero padding) or F.conv* node of a float input,
+    with its hyper-parameters constants; else None. weight and bias are source text for a module
+    (its attributes), nodes for a function."""
     import torch.nn as nn
 
-    keys = ("stride", "padding", "dilation", "groups")
+    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    transposes = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
     if node.op == "call_module":
         mod = gm.get_submodule(node.target)
-        if type(mod) not in (nn.Conv1d, nn.Conv2d, nn.Conv3d) or mod.padding_mode != "zeros" or len(node.args) != 1 \
+        if type(mod) not in convs + transposes or mod.padding_mode != "zeros" or len(node.args) != 1 \
                 or node.kwargs:
             return None
+        transposed = type(mod) in transposes
+        keys = _TRANSPOSED_KEYS if transposed else _CONV_KEYS
         ref = f"self.get_submodule({node.target!r})"
         a = {"x": node.args[0], "weight": f"{ref}.weight", "bias": f"{ref}.bias" if mod.bias is not None else None,
              **{k: getattr(mod, k) for k in keys}}
-    elif node.op == "call_function" and _fn_name(node.target) in ("conv1d", "conv2d", "conv3d"):
+    elif node.op == "call_function" and (_fn_name(node.target) or "").startswith("conv"):
+        transposed = _fn_name(node.target).startswith("conv_transpose")
+        keys = _TRANSPOSED_KEYS if transposed else _CONV_KEYS
         a = dict(zip(("x", "weight", "bias") + keys, node.args),
                  **{("x" if k == "input" else k): v for k, v in node.kwargs.items()})
         if set(a) - {"x", "weight", "bias", *keys} or not _is_float_tensor(a.get("weight")):
             return None
     else:
         return None
+    if transposed:
+        a["transposed"] = True
+        if isinstance(a.get("padding"), str):
+            return None
     consts = [a.get(k, 1) for k in keys]
     if not _is_float_tensor(a.get("x")) or any(not isinstance(v, (int, tuple, list, str)) for v in consts):
         return None
@@ -349,7 +364,8 @@ class OpRules:
         self.conv.add(node)
         text = [v if isinstance(v, str) and k in ("weight", "bias") else self.fmt(v) for k, v in
                 (("weight", a["weight"]), ("bias", a.get("bias")))]
-        hyper = ", ".join(f"{k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups") if k in a)
+        hyper = ", ".join(f"{k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",
+                                                          "output_padding") if k in a)
         return f"_kb_conv({self.fmt(a['x'])}, {text[0]}, {text[1]}{', ' + hyper if hyper else ''})"
 
     def rms_call(self, node) -> str | None:
