@@ -526,12 +526,31 @@ def test_a_lone_convolution_runs_the_generated_conv_kernel(home, init, expr, x):
     assert sol.kind == KIND_CONV and not sol.kept and len(sol.replaced) == 1 and sol.replaced[0].startswith("conv:")
 
 
-def test_a_convolution_next_to_our_elementwise_kernels_stays_cudnns(home):
+@pytest.mark.parametrize("init, expr, x", [
+    ("nn.MaxPool2d(3, stride=2, padding=1)", "self.c(x)", "(2, 3, 9, 11)"),
+    ("nn.MaxPool2d((2, 3), stride=(2, 1), padding=1, dilation=(2, 1), ceil_mode=True)", "self.c(x)", "(2, 3, 9, 11)"),
+    ("nn.MaxPool1d(4, stride=2, padding=2, dilation=3)", "self.c(x)", "(2, 3, 17)"),
+    ("nn.MaxPool3d(3, stride=2, padding=1, ceil_mode=True)", "self.c(x)", "(1, 2, 6, 7, 8)"),
+    ("nn.AvgPool2d(3, stride=2, padding=1)", "self.c(x)", "(2, 3, 9, 11)"),
+    ("nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", "self.c(x)", "(2, 3, 9, 11)"),
+    ("nn.AvgPool1d(4, stride=3, padding=2, ceil_mode=True)", "self.c(x)", "(2, 3, 17)"),
+    ("nn.AvgPool3d(3, stride=2, padding=1, divisor_override=5)", "self.c(x)", "(1, 2, 6, 7, 8)"),
+    ("nn.Identity()", "F.max_pool2d(F.avg_pool2d(x, 2, ceil_mode=True), 2, 1)", "(2, 3, 9, 11)"),
+], ids=["max2d", "max2d-dilated-ceil", "max1d", "max3d-ceil", "avg2d", "avg2d-ceil-no-pad-count", "avg1d-ceil",
+        "avg3d-divisor", "functions"])
+def test_a_lone_pool_runs_the_generated_pooling_kernel(home, init, expr, x):
+    """KernelBench L1 41-46 (max / average pools over 1-3 dims) started torch-only."""
+    sol = check(problem(CONV.format(init=init, expr=expr), f"[torch.randn{x}]"), atol=1e-6, rtol=1e-6)
+    assert sol.kind == "pool" and not sol.kept
+    assert sum(r.startswith("pool:") for r in sol.replaced) == (2 if "F." in expr else 1)
+
+
+def test_a_convolution_or_pool_next_to_our_elementwise_kernels_stays_cudnns(home):
     from autokernel.kb.solutions import KIND_ELEMENTWISE
 
-    sol = check(problem(CONV.format(init="nn.Conv2d(3, 8, 3)", expr="torch.relu(self.c(x)) * 2.0"),
+    sol = check(problem(CONV.format(init="nn.Conv2d(3, 8, 3)", expr="F.max_pool2d(torch.relu(self.c(x)) * 2.0, 2)"),
                         "[torch.randn(2, 3, 9, 10)]"))
-    assert sol.kind == KIND_ELEMENTWISE and sol.kept == ["Conv2d"]
+    assert sol.kind == KIND_ELEMENTWISE and sol.kept == ["Conv2d", "max_pool2d"]
 
 
 # -- max / min / argmax / argmin / prod over a dim -----------------------------------------------------

@@ -57,7 +57,8 @@ def _fn_name(target) -> str | None:
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
                      "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-                     "conv_transpose2d", "conv_transpose3d"):
+                     "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+                     "avg_pool2d", "avg_pool3d"):
             if getattr(mod, name, None) is target:
                 return name
     return None
@@ -170,48 +171,6 @@ def sdpa_call(node) -> dict | None:
         return None
     flash = qs == ks and vd == qd and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
     return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
-
-
-_CONV_KEYS = ("stride", "padding", "dilation", "groups")
-_TRANSPOSED_KEYS = ("stride", "padding", "output_padding", "groups", "dilation")  # F.conv_transpose*'s order
-
-
-def conv_args(gm, node) -> dict | None:
-    """{x, weight, bias, stride, padding, dilation, groups[, transposed, output_padding]} of an
-    nn.Conv1d/2d/3d or nn.ConvTranspose1d/2d/3d (zero padding) or F.conv* node of a float input,
-    with its hyper-parameters constants; else None. weight and bias are source text for a module
-    (its attributes), nodes for a function."""
-    import torch.nn as nn
-
-    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-    transposes = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-    if node.op == "call_module":
-        mod = gm.get_submodule(node.target)
-        if type(mod) not in convs + transposes or mod.padding_mode != "zeros" or len(node.args) != 1 \
-                or node.kwargs:
-            return None
-        transposed = type(mod) in transposes
-        keys = _TRANSPOSED_KEYS if transposed else _CONV_KEYS
-        ref = f"self.get_submodule({node.target!r})"
-        a = {"x": node.args[0], "weight": f"{ref}.weight", "bias": f"{ref}.bias" if mod.bias is not None else None,
-             **{k: getattr(mod, k) for k in keys}}
-    elif node.op == "call_function" and (_fn_name(node.target) or "").startswith("conv"):
-        transposed = _fn_name(node.target).startswith("conv_transpose")
-        keys = _TRANSPOSED_KEYS if transposed else _CONV_KEYS
-        a = dict(zip(("x", "weight", "bias") + keys, node.args),
-                 **{("x" if k == "input" else k): v for k, v in node.kwargs.items()})
-        if set(a) - {"x", "weight", "bias", *keys} or not _is_float_tensor(a.get("weight")):
-            return None
-    else:
-        return None
-    if transposed:
-        a["transposed"] = True
-        if isinstance(a.get("padding"), str):
-            return None
-    consts = [a.get(k, 1) for k in keys]
-    if not _is_float_tensor(a.get("x")) or any(not isinstance(v, (int, tuple, list, str)) for v in consts):
-        return None
-    return a
 
 
 def main_op(gm) -> str | None:
@@ -356,17 +315,25 @@ class OpRules:
         self.dimred.add(node)
         return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
 
-    def conv_call(self, node) -> str | None:
-        """_kb_conv for a convolution, when the emitter takes them (use_conv)."""
-        a = conv_args(self.gm, node) if getattr(self, "use_conv", False) else None
-        if a is None:
+    def fallback_call(self, node) -> str | None:
+        """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:
+        nothing else would run a kernel of ours)."""
+        if not getattr(self, "fallback", False):
             return None
-        self.conv.add(node)
-        text = [v if isinstance(v, str) and k in ("weight", "bias") else self.fmt(v) for k, v in
-                (("weight", a["weight"]), ("bias", a.get("bias")))]
-        hyper = ", ".join(f"{k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",
-                                                          "output_padding") if k in a)
-        return f"_kb_conv({self.fmt(a['x'])}, {text[0]}, {text[1]}{', ' + hyper if hyper else ''})"
+        from autokernel.kb.fallback_rules import conv_args, pool_args
+
+        a = conv_args(self.gm, node)
+        if a is not None:
+            self.conv.add(node)
+            hyper = "".join(f", {k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",
+                                                               "output_padding") if k in a)
+            return f"_kb_conv({self.fmt(a['x'])}, {self.fmt(a['weight'])}, {self.fmt(a['bias'])}{hyper})"
+        a = pool_args(self.gm, node)
+        if a is not None:
+            self.pool.add(node)
+            hyper = "".join(f", {k}={self.fmt(v)}" for k, v in a.items() if k not in ("x", "nd", "kind"))
+            return f"_kb_pool({self.fmt(a['x'])}, {a['nd']}, {a['kind']!r}{hyper})"
+        return None
 
     def rms_call(self, node) -> str | None:
         """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
@@ -384,9 +351,9 @@ class OpRules:
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
-        conv = self.conv_call(node)
-        if conv is not None:
-            return conv
+        taken = self.fallback_call(node)
+        if taken is not None:
+            return taken
         if self.main == "rmsnorm":
             rms = self.rms_call(node)
             if rms is not None:

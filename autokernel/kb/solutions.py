@@ -21,9 +21,10 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   (scan_pieces.py; a flip on both sides becomes a reversed scan, a bool mask a prologue);
 - max / min / amax / amin / argmax / argmin / prod over one dim call a generated dim-reduction
   kernel (dimred_pieces.py);
-- nn.Conv1d / 2d / 3d and F.conv1d / 2d / 3d call a generated implicit-GEMM convolution kernel
-  (conv_pieces.py), but only when nothing else would run a kernel of ours: next to our
-  elementwise kernels a convolution stays cuDNN's;
+- convolutions (transposed too) and max / average pools over 1-3 dims call a generated
+  implicit-GEMM convolution kernel (conv_pieces.py) and a pooling kernel (pool_pieces.py), but
+  only when nothing else would run a kernel of ours (fallback_rules.py): next to our elementwise
+  kernels they stay cuDNN's;
 - everything else stays the torch op it was (reshapes, max...).
 
 When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
@@ -43,8 +44,10 @@ from typing import Any
 
 from autokernel.kb.conv_pieces import CONV_ENTRY, CONV_SOURCE, CONV_SPACE
 from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPACE
+from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
-from autokernel.kb.op_rules import OpRules, conv_args, main_op
+from autokernel.kb.fallback_rules import Source, conv_args, pool_args
+from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.rewrites import rewrite
 from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
 from autokernel.kb.source_pieces import (
@@ -64,12 +67,14 @@ KIND_ELEMENTWISE = "elementwise"  # only the generic elementwise kernel
 KIND_SCAN = "scan"  # the generated scan kernel (plus the elementwise kernel)
 KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (plus the elementwise one)
 KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
+KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
 
 # the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
 GENERATED = {
     "scan": (SCAN_SOURCE, SCAN_SPACE, SCAN_ENTRY, KIND_SCAN, "row-scan"),
     "dimred": (DIMRED_SOURCE, DIMRED_SPACE, DIMRED_ENTRY, KIND_DIMRED, "dim-reduction"),
     "conv": (CONV_SOURCE, CONV_SPACE, CONV_ENTRY, KIND_CONV, "convolution"),
+    "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
 }
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
 
@@ -146,7 +151,7 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
 # -- tracing and emission ----------------------------------------------------------------------------
 
 class _Emitter(OpRules):
-    def __init__(self, gm, main: str | None, fuse: bool = True, use_conv: bool = False):
+    def __init__(self, gm, main: str | None, fuse: bool = True, fallback: bool = False):
         self.gm = gm
         self.main = main
         self.names: dict[Any, str] = {}
@@ -158,7 +163,8 @@ class _Emitter(OpRules):
         self.scan: set = set()
         self.dimred: set = set()
         self.conv: set = set()
-        self.use_conv = use_conv
+        self.pool: set = set()
+        self.fallback = fallback
         self.fuse = fuse
         self.last_ew = None
 
@@ -168,6 +174,8 @@ class _Emitter(OpRules):
 
         if isinstance(a, fx.Node):
             return self.names[a]
+        if isinstance(a, Source):
+            return str(a)
         if isinstance(a, torch.Size):
             return f"torch.Size({[int(v) for v in a]!r})"
         if isinstance(a, list):
@@ -255,7 +263,8 @@ class _Emitter(OpRules):
             elif node in exprs:
                 expr = exprs[node]
                 kind = "ew:" if expr.startswith("_kb_ew") else "scan:" if node in self.scan \
-                    else "dimred:" if node in self.dimred else "conv:" if node in self.conv else "lib:"
+                    else "dimred:" if node in self.dimred else "conv:" if node in self.conv \
+                    else "pool:" if node in self.pool else "lib:"
                 self.replaced.append(kind + _describe(node))
                 if expr:  # '' is a node folded into the scan call of a later one
                     self.emit(node, expr)
@@ -475,34 +484,34 @@ def _fp32(gm) -> bool:
 def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     """The starting ModelNew for a problem (never raises for an unsupported model: torch-only then).
     With `fuse`, chains of elementwise ops run as one generated Triton kernel each. Convolutions
-    stay cuDNN's unless nothing else would run a kernel of ours: then the generated convolution
-    kernel takes them (a torch-only start is refused by the judge)."""
+    and pools stay cuDNN's unless nothing else would run a kernel of ours: then the generated
+    convolution and pooling kernels take them (a torch-only start is refused by the judge)."""
     try:
         gm = _trace(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
         src = assemble(problem, None, None, False, "torch-only starting point")
         return Solution(src, KIND_TORCH, note=f"the model cannot be traced with torch.fx ({type(exc).__name__})")
-    sol = _solve(problem, gm, fuse, use_conv=False)
-    if sol.kind == KIND_TORCH and any(conv_args(gm, n) for n in gm.graph.nodes):
-        with_conv = _solve(problem, gm, fuse, use_conv=True)
-        if with_conv.kind != KIND_TORCH:
-            return with_conv
+    sol = _solve(problem, gm, fuse, fallback=False)
+    if sol.kind == KIND_TORCH and any(conv_args(gm, n) or pool_args(gm, n) for n in gm.graph.nodes):
+        taken = _solve(problem, gm, fuse, fallback=True)
+        if taken.kind != KIND_TORCH:
+            return taken
     return sol
 
 
-def _solve(problem: Problem, gm, fuse: bool, use_conv: bool) -> Solution:
+def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
     main = main_op(gm)
     for attempt in (main, None):
         try:
             try:
-                em = _Emitter(gm, attempt, fuse=fuse, use_conv=use_conv)
+                em = _Emitter(gm, attempt, fuse=fuse, fallback=fallback)
                 forward = em.run()
             except Unsupported:
                 raise
             except Exception:  # a fusion the generator got wrong: one kernel per op instead
                 if not fuse:
                     raise
-                em = _Emitter(gm, attempt, fuse=False, use_conv=use_conv)
+                em = _Emitter(gm, attempt, fuse=False, fallback=fallback)
                 forward = em.run()
         except Unsupported as exc:
             src = assemble(problem, None, None, False, "torch-only starting point")
