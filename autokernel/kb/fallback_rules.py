@@ -82,7 +82,7 @@ def pool_args(gm, node) -> dict | None:
             return None
     else:
         return None
-    if a.pop("return_indices", False) or not _is_float_tensor(x) or (getattr(x, "meta", {}).get("tensor_meta") is None) \
+    if a.pop("return_indices", False) or not _is_float_tensor(x) \
             or len(x.meta["tensor_meta"].shape) not in (nd + 1, nd + 2) \
             or not all(v is None or isinstance(v, (int, float, tuple, list, bool)) for v in a.values()):
         return None

@@ -13,7 +13,8 @@ from autokernel.kb.dimred_pieces import DIMRED_OPS
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
 
-_INPLACE_ARG = {"relu", "mish", "hardswish", "selu", "hardsigmoid"}  # the unary functions of torch.nn.functional with inplace=
+# the unary functions of torch.nn.functional with inplace=
+_INPLACE_ARG = {"relu", "mish", "hardswish", "selu", "hardsigmoid"}
 
 
 def _is_float_tensor(a) -> bool:
@@ -197,7 +198,8 @@ def main_op(gm) -> str | None:
                 found.append("flash_attention" if sdpa["flash"] else "matmul")
                 continue
             found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
-                          "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce", "mean": "reduce",
+                          "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
+                          "mean": "reduce",
                           "cross_entropy": "cross_entropy"}.get(name))
     found = [f for f in found if f]
     if "matmul" in found:
@@ -486,7 +488,8 @@ class OpRules:
             # F.softmax traces with its _stacklevel and dtype=None as keywords; a dtype other than
             # x's own is a cast first, which the starter does not do
             allk = dict(zip(("dim", "dtype"), rest), **kw2)
-            if set(allk) <= {"dim", "dtype", "_stacklevel"} and allk.get("dtype") in (None, x.meta["tensor_meta"].dtype):
+            if set(allk) <= {"dim", "dtype", "_stacklevel"} \
+                    and allk.get("dtype") in (None, x.meta["tensor_meta"].dtype):
                 return self.softmax_call(node, x, allk.get("dim"), log=name == "log_softmax")
         if self.main == "layernorm" and name == "layer_norm" and _is_float_tensor(x):
             allk = dict(zip(("normalized_shape", "weight", "bias", "eps"), rest), **kw2)

@@ -146,7 +146,8 @@ def decompose_distance_losses(gm) -> None:
                      **node.kwargs)
             red = a.get("reduction", "mean")
             if a.get("size_average") is not None or a.get("reduce") is not None \
-                    or red not in ("mean", "sum", "batchmean", "none") or not isinstance(a.get("log_target", False), bool):
+                    or red not in ("mean", "sum", "batchmean", "none") \
+                    or not isinstance(a.get("log_target", False), bool):
                 continue
             x, t = a["input"], a["target"]
             with g.inserting_before(node):
@@ -183,8 +184,8 @@ def decompose_distance_losses(gm) -> None:
                 continue
             eps, margin = float(a.get("eps", 1e-6)), float(a.get("margin", 1.0))
             with g.inserting_before(node):
-                d = [_norm2(g, g.call_function(operator.add, (g.call_function(operator.sub, (a["anchor"], other)), eps)),
-                            -1) for other in (a["positive"], a["negative"])]
+                diffs = [g.call_function(operator.sub, (a["anchor"], a[k])) for k in ("positive", "negative")]
+                d = [_norm2(g, g.call_function(operator.add, (diff, eps)), -1) for diff in diffs]
                 gap = g.call_function(operator.add, (g.call_function(operator.sub, tuple(d)), margin))
                 per = g.call_function(torch.clamp, (gap,), {"min": 0.0})
                 out = per if red == "none" else _reduced(g, per, red)

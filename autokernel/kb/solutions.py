@@ -13,10 +13,11 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
   per file (a second, different one stays a torch op);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
-  elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, + - * / with a tensor, a constant or a run-time Python
-  number, bias adds) calls one generic Triton elementwise kernel written here; a chain of them runs
-  as one generated kernel, and one used only by a mean or sum of all its elements (a loss) also
-  sums its block there, the reduce starter adding up the partial sums;
+  elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, xlogy, + - * / with a tensor, a
+  constant or a run-time Python number, bias adds) calls one generic Triton elementwise kernel
+  written here; a chain of them runs as one generated kernel, and one used only by a mean or sum
+  of all its elements (a loss) also sums its block there, the reduce starter adding up the
+  partial sums;
 - cumsum / cumprod of a floating tensor over one dim call a generated row-scan kernel
   (scan_pieces.py; a flip on both sides becomes a reversed scan, a bool mask a prologue);
 - max / min / amax / amin / argmax / argmin / prod over one dim call a generated dim-reduction
