@@ -8,8 +8,6 @@ rmsnorm starter computes it with one read and one write of x. Op by op it is fiv
 
 from __future__ import annotations
 
-import operator
-
 from autokernel.kb.op_rules import _dim_ok, _fn_name, _is_float_tensor, _is_number, _ndim
 
 

@@ -136,7 +136,6 @@ def decompose_distance_losses(gm) -> None:
     - triplet_margin_loss (p = 2, no swap) = max(d(a, p) - d(a, n) + margin, 0) reduced, with
       d(x, y) = |x - y + eps| along the last dim (pairwise_distance)."""
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 
     g = gm.graph
