@@ -188,21 +188,23 @@ class Workspace:
         out = self._run("for-each-ref", "--format=%(refname:strip=3)", "refs/heads/kernels/")
         return [line for line in out.splitlines() if line]
 
+    def _commit_source(self, name: str, source: str, message: str, parent: Optional[str]) -> str:
+        """A commit whose tree is `source` as kernel.py, on `parent` (none: a root commit), made
+        with plumbing, not a checkout: the main worktree is never touched and other workers may be
+        committing at the same time. No ref moves."""
+        with _stdin(source) as fh:
+            blob = self._run("hash-object", "-w", "--stdin", istream=fh)
+        with _stdin(f"100644 blob {blob}\t{KERNEL_FILE}\n") as fh:
+            tree = self._run("mktree", istream=fh)
+        with _stdin(_message(message, name)) as fh:
+            return self._run("commit-tree", tree, *(["-p", parent] if parent else []), istream=fh)
+
     def add_kernel(self, name: str, source: str, message: str) -> str:
         """Create the kernel's branch from `main` with `source` as kernel.py; returns the commit."""
         branch = self.branch_name(name)
         if self.has_kernel(name):
             raise WorkspaceError(f"kernel {name!r} already exists in the workspace (branch {branch})")
-        # Plumbing, not a checkout: the main worktree is never touched and other workers may
-        # be committing at the same time.
-        with _stdin(source) as fh:
-            blob = self._run("hash-object", "-w", "--stdin", istream=fh)
-        with _stdin(f"100644 blob {blob}\t{KERNEL_FILE}\n") as fh:
-            tree = self._run("mktree", istream=fh)
-        parent = self._rev("refs/heads/main")
-        args = ["commit-tree", tree] + (["-p", parent] if parent else [])
-        with _stdin(_message(message, name)) as fh:
-            sha = self._run(*args, istream=fh)
+        sha = self._commit_source(name, source, message, self._rev("refs/heads/main"))
         try:
             self._run("update-ref", f"refs/heads/{branch}", sha, _ZERO)
         except WorkspaceError as exc:
@@ -212,15 +214,9 @@ class Workspace:
     def advance(self, name: str, source: str, message: str, expected_head: str) -> str:
         """Commit `source` as kernel.py on top of the branch head, which must still be
         `expected_head` (a compare-and-swap, as in keep); returns the new commit."""
-        branch = f"refs/heads/{self.branch_name(name)}"
-        with _stdin(source) as fh:
-            blob = self._run("hash-object", "-w", "--stdin", istream=fh)
-        with _stdin(f"100644 blob {blob}\t{KERNEL_FILE}\n") as fh:
-            tree = self._run("mktree", istream=fh)
-        with _stdin(_message(message, name)) as fh:
-            sha = self._run("commit-tree", tree, "-p", expected_head, istream=fh)
+        sha = self._commit_source(name, source, message, expected_head)
         try:
-            self._run("update-ref", branch, sha, expected_head)
+            self._run("update-ref", f"refs/heads/{self.branch_name(name)}", sha, expected_head)
         except WorkspaceError as exc:
             raise WorkspaceError(f"kernel {name!r}: the branch moved from {expected_head[:12]} while its "
                                  "start was being replaced") from exc

@@ -1,28 +1,21 @@
 """RMS normalisation written out op by op in a problem's forward (KernelBench L1 36:
 x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)), and the L2 one (x over the square
 root of the sum of squares: L1 39's x / torch.norm(x, dim=1, keepdim=True) after rewrites.py),
-found as one pattern so the
-rmsnorm starter computes it with one read and one write of x. Op by op it is five passes over x
-(square, mean, add, sqrt, divide), two of them writing a tensor of x's size.
+found as one pattern so the rmsnorm starter computes it with one read and one write of x. Op by
+op it is five passes over x (square, mean, add, sqrt, divide), two of them writing a tensor of
+x's size.
 """
 
 from __future__ import annotations
 
-from autokernel.kb.op_rules import _dim_ok, _fn_name, _is_float_tensor, _is_number, _ndim
+from autokernel.kb.op_rules import _dim_ok, _is_float_tensor, _is_number, _name, _ndim
 
 
 def _call(node):
     """(name, args, kwargs) of a call_function / call_method node, else None."""
     from torch import fx
 
-    if not isinstance(node, fx.Node):
-        return None
-    if node.op == "call_function":
-        name = _fn_name(node.target)
-    elif node.op == "call_method":
-        name = node.target
-    else:
-        return None
+    name = _name(node) if isinstance(node, fx.Node) else None
     return (name, list(node.args), dict(node.kwargs)) if name else None
 
 

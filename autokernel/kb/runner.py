@@ -138,10 +138,8 @@ def _refresh_start(store, workspace, k, sol, emit):
     sha = workspace.advance(name, sol.source, f"{name}: library start updated: {sol.describe()}", head)
     emit(LoopEvent("stage", f"{name}: start updated from the library: {sol.describe()}",
                    {"kernel": name, "start": sol.kind}))
-    data = json.loads(k.shapes_json or "{}") if (k.shapes_json or "").startswith("{") else {}
-    kb = data.get("kb", {}) if isinstance(data, dict) else {}
-    kb.update(start=sol.kind, library=sol.library, start_description=sol.describe())
-    return store.update_kernel(k.id, base_commit=sha, shapes_json=json.dumps({**data, "kb": kb}))
+    kb = {**problem_meta(k), "start": sol.kind, "library": sol.library, "start_description": sol.describe()}
+    return store.update_kernel(k.id, base_commit=sha, shapes_json=json.dumps({"shapes": [], "kb": kb}))
 
 
 def _model_key(problem: Problem) -> str:
