@@ -1,8 +1,9 @@
 """Which traced op becomes which kernel call: the rules that map a torch.fx node (a module call,
 a function or a method) to the expression that replaces it in ModelNew's forward: a library
-starter's helper for the problem's main op, the generic elementwise kernel `_kb_ew`, or the
-generated scan kernel `_kb_scan` (cumsum / cumprod). A rule returns None when the call has
-arguments it does not cover; the op then stays a torch op.
+starter's helper for the problem's main op, the generic elementwise kernel `_kb_ew`, or one of the
+generated kernels (`_kb_scan`, `_kb_dimred`, and `_kb_conv` / `_kb_pool` through
+fallback_rules.py). A rule returns None when the call has arguments it does not cover; the op
+then stays a torch op.
 """
 
 from __future__ import annotations
@@ -213,8 +214,10 @@ def main_op(gm) -> str | None:
 class OpRules:
     """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
     (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
-    beta) for an elementwise replacement, which fusion reads, and adds the nodes the scan kernel
-    computes to self.scan and those the dim-reduction kernel computes to self.dimred (sets)."""
+    beta) for an elementwise replacement, which fusion reads; adds each node a generated kernel
+    computes to self.generated[family] ("scan", "dimred", "conv", "pool"), and records in
+    self.whole the sums and means of all of a tensor (node -> (x, "sum" | "mean")), which the
+    emitter may fold into x's fused kernel."""
 
     def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
         if not _is_float_tensor(x):
@@ -275,7 +278,7 @@ class OpRules:
         plan = self.fold_plan("scan", scan_of)
         if node not in plan:
             return None
-        self.scan.add(node)
+        self.generated["scan"].add(node)
         s = plan[node]
         if s is None:
             return ""
@@ -285,7 +288,7 @@ class OpRules:
             extra += f", contiguous={_needs_layout(s['out'])}"
         return f"_kb_scan({self.fmt(s['x'])}, {s['dim']}{extra})"
 
-    def reduce_call(self, name: str, x, rest, kw) -> str | None:
+    def reduce_call(self, node, name: str, x, rest, kw) -> str | None:
         """_kb_sum / _kb_mean over one dim, a run of adjacent dims, or all of x (dim None)."""
         allk = dict(zip(("dim", "keepdim"), rest), **kw)
         dim, keepdim = allk.get("dim"), allk.get("keepdim", False)
@@ -301,6 +304,8 @@ class OpRules:
             if dims != list(range(dims[0], dims[-1] + 1)):  # not one [outer, R, inner] view of x
                 return None
             dim = dims[0] if len(dims) == 1 else tuple(dims)
+        elif not keepdim:
+            self.whole[node] = (x, name)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
     def dimred_call(self, node, name: str, x, rest, kw) -> str | None:
@@ -314,7 +319,7 @@ class OpRules:
         if set(allk) - {"dim", "keepdim"} or not _is_float_tensor(x) or not _dim_ok(dim, nd) \
                 or not isinstance(keepdim, bool):
             return None
-        self.dimred.add(node)
+        self.generated["dimred"].add(node)
         return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
 
     def fallback_call(self, node) -> str | None:
@@ -326,13 +331,13 @@ class OpRules:
 
         a = conv_args(self.gm, node)
         if a is not None:
-            self.conv.add(node)
+            self.generated["conv"].add(node)
             hyper = "".join(f", {k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",
                                                                "output_padding") if k in a)
             return f"_kb_conv({self.fmt(a['x'])}, {self.fmt(a['weight'])}, {self.fmt(a['bias'])}{hyper})"
         a = pool_args(self.gm, node)
         if a is not None:
-            self.pool.add(node)
+            self.generated["pool"].add(node)
             hyper = "".join(f", {k}={self.fmt(v)}" for k, v in a.items() if k not in ("x", "nd", "kind"))
             return f"_kb_pool({self.fmt(a['x'])}, {a['nd']}, {a['kind']!r}{hyper})"
         return None
@@ -499,7 +504,7 @@ class OpRules:
                 return (f"_kb_layer_norm({self.fmt(x)}, {self.fmt(allk['weight'])}, {self.fmt(allk['bias'])}, "
                         f"{self.fmt(allk.get('eps', 1e-5))})")
         if self.main == "reduce" and name in ("sum", "mean") and _is_float_tensor(x):
-            return self.reduce_call(name, x, rest, kw2)
+            return self.reduce_call(node, name, x, rest, kw2)
         sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
         # with the matmul starter for other ops, an attention the flash kernel would take stays
         # torch's fused one: the bmm-softmax-bmm path is only for what neither covers

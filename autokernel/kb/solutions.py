@@ -160,10 +160,8 @@ class _Emitter(OpRules):
         self.replaced: list[str] = []
         self.kept: list[str] = []
         self.fused: list[str] = []
-        self.scan: set = set()
-        self.dimred: set = set()
-        self.conv: set = set()
-        self.pool: set = set()
+        self.generated: dict[str, set] = {g: set() for g in GENERATED}
+        self.whole: dict = {}
         self.fallback = fallback
         self.fuse = fuse
         self.last_ew = None
@@ -228,12 +226,7 @@ class _Emitter(OpRules):
                         ew[node] = self.last_ew
         # an elementwise result whose only use is a mean or sum of all its elements (a loss) is
         # reduced inside its own kernel: per-program partial sums, then the reduce starter over those
-        full_reduce = {}
-        for node, expr in exprs.items():
-            x = node.args[0] if node.args else None
-            if expr.startswith(("_kb_mean(", "_kb_sum(")) and expr.endswith(", None, keepdim=False)") \
-                    and x in ew and len(x.users) == 1:
-                full_reduce[x] = (node, "mean" if expr.startswith("_kb_mean(") else "sum")
+        full_reduce = {x: (node, how) for node, (x, how) in self.whole.items() if x in ew and len(x.users) == 1}
         groups = fusion_groups(ew, singles=set(full_reduce)) if self.fuse else {}
         reduced = {}
         for x, (red, how) in full_reduce.items():
@@ -262,9 +255,8 @@ class _Emitter(OpRules):
                 self.emit(node, self.names[reduced[node]])
             elif node in exprs:
                 expr = exprs[node]
-                kind = "ew:" if expr.startswith("_kb_ew") else "scan:" if node in self.scan \
-                    else "dimred:" if node in self.dimred else "conv:" if node in self.conv \
-                    else "pool:" if node in self.pool else "lib:"
+                kind = "ew:" if expr.startswith("_kb_ew") else \
+                    next((g + ":" for g, taken in self.generated.items() if node in taken), "lib:")
                 self.replaced.append(kind + describe(node))
                 if expr:  # '' is a node folded into the scan call of a later one
                     self.emit(node, expr)
