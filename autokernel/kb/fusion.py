@@ -7,7 +7,7 @@ mean or sum (a loss). solutions.py's emitter calls these.
 
 from __future__ import annotations
 
-from autokernel.kb.source_pieces import OP_EXPR, _kb_is_block
+from autokernel.kb.source_pieces import OP_EXPR, _kb_block
 
 
 def fused_kernel(gid: int, g: dict, ew: dict) -> str:
@@ -127,7 +127,7 @@ def fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
                     mode = "row"
                 elif s is not None and s == shape[:-1] + (1,):
                     mode = "col"
-                elif s is not None and _kb_is_block(s, shape):
+                elif s is not None and _kb_block(shape, s):
                     mode = "block"
                 else:
                     ok = False

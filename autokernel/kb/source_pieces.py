@@ -13,15 +13,23 @@ import functools
 import inspect
 import re
 
-def _kb_is_block(shape, full):
-    """shape broadcasts to full with its non-1 dims one run of full's dims ([C, 1, 1] against
-    [N, C, H, W]): its elements in order are a cycle of (offset // inner) % size. The generator
-    uses it on traced shapes; the solution file carries its source for run-time shapes."""
+def _kb_block(full, shape):
+    """(inner, size) when a tensor of `shape` broadcasts to `full` with its non-1 dims one run of
+    full's dims ([C, 1, 1] against [N, C, H, W]): element i of the broadcast is element
+    (i // inner) % size of the tensor. None otherwise, or past the kernels' 32-bit index. The
+    generator uses it on traced shapes; the solution file carries its source for run-time shapes."""
     if len(shape) > len(full):
-        return False
+        return None
     shape = (1,) * (len(full) - len(shape)) + tuple(shape)
     big = [d for d, v in enumerate(shape) if v != 1]
-    return not big or all(shape[d] == full[d] for d in range(big[0], big[-1] + 1))
+    if big and any(shape[d] != full[d] for d in range(big[0], big[-1] + 1)):
+        return None
+    inner = size = 1
+    for v in full[big[-1] + 1:] if big else ():
+        inner *= v
+    for v in shape:
+        size *= v
+    return (inner, size) if inner < 2**30 and size < 2**30 else None
 
 
 EW_SOURCE = '''
@@ -146,23 +154,7 @@ def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
     return (q0 + j // inner) % size
 
 
-# @IS_BLOCK@
-
-
-def _kb_block(full, shape):
-    """(inner, size) of a tensor of `shape` broadcast to `full`, whose non-1 dims are one run of
-    full's dims: element i of the broadcast is element (i // inner) % size of the tensor."""
-    shape = (1,) * (len(full) - len(shape)) + tuple(shape)
-    big = [d for d, v in enumerate(shape) if v != 1] or [len(full)]
-    inner = 1
-    for v in full[big[-1] + 1:]:
-        inner *= v
-    size = 1
-    for v in shape:
-        size *= v
-    if inner >= 2**30 or size >= 2**30:
-        raise ValueError(f"a broadcast of {tuple(shape)} to {tuple(full)} is too large for the 32-bit index")
-    return inner, size
+# @BLOCK@
 
 
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
@@ -173,9 +165,9 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
         dtype = torch.result_type(x, y)
         if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
             mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
-        elif tuple(shape) == tuple(x.shape) and _kb_is_block(y.shape, shape):
+        elif tuple(shape) == tuple(x.shape) and (block := _kb_block(shape, y.shape)):
             mode, xx, yy = 3, x.to(dtype).contiguous(), y.to(dtype).contiguous()
-            inner, size = _kb_block(shape, y.shape)
+            inner, size = block
         else:
             mode = 1
             xx = x.to(dtype).expand(shape).contiguous()
@@ -193,7 +185,7 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
                                                BLOCK=EW_BLOCK, num_warps=EW_WARPS)
     return out
 '''
-EW_SOURCE = EW_SOURCE.replace("# @IS_BLOCK@\n", inspect.getsource(_kb_is_block))
+EW_SOURCE = EW_SOURCE.replace("# @BLOCK@\n", inspect.getsource(_kb_block))
 
 EW_SPACE = {"EW_BLOCK": [256, 512, 1024, 2048, 4096], "EW_WARPS": [1, 2, 4, 8]}
 
