@@ -29,11 +29,14 @@ def _reduced(g, per, reduction: str, batch_of=None):
     return total
 
 
-def _norm2(g, x, dim: int):
-    """sqrt(sum(x * x, dim)): the 2-norm along one dim."""
+def _norm2(g, x, dim, keepdim: bool = False):
+    """sqrt(sum(x * x, dim, keepdim)): the 2-norm along dim (one or several; None: all of x)."""
     import torch
 
-    return g.call_function(torch.sqrt, (g.call_function(torch.sum, (g.call_function(operator.mul, (x, x)), dim)),))
+    sq = g.call_function(operator.mul, (x, x))
+    total = g.call_function(torch.sum, (sq,)) if dim is None else \
+        g.call_function(torch.sum, (sq, dim), {"keepdim": True} if keepdim else {})
+    return g.call_function(torch.sqrt, (total,))
 
 
 def split_linear_bias(gm) -> None:
@@ -88,7 +91,7 @@ def decompose_losses(gm) -> None:
                 d = gm.graph.call_function(operator.sub, (p, t))
                 per = gm.graph.call_function(operator.pow, (d, 2)) if node.target is F.mse_loss \
                     else gm.graph.call_function(torch.abs, (d,))
-            out = gm.graph.call_function(torch.mean if a.get("reduction", "mean") == "mean" else torch.sum, (per,))
+            out = _reduced(gm.graph, per, a.get("reduction", "mean"))
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
 
@@ -115,12 +118,8 @@ def decompose_norms(gm) -> None:
         # p = 2 over two dims is torch.norm's matrix (spectral) norm; Frobenius is the same sum for any dims
         if not (p == "fro" or (p in (2, 2.0, None) and (dim is None or isinstance(dim, int)))):
             continue
-        x = a["input"]
         with gm.graph.inserting_before(node):
-            sq = gm.graph.call_function(operator.mul, (x, x))
-            total = gm.graph.call_function(torch.sum, (sq,) if dim is None else (sq, dim), {} if dim is None
-                                           else {"keepdim": keepdim})
-            out = gm.graph.call_function(torch.sqrt, (total,))
+            out = _norm2(gm.graph, a["input"], dim, keepdim)
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
 
@@ -165,8 +164,7 @@ def decompose_distance_losses(gm) -> None:
             with g.inserting_before(node):
                 unit = []
                 for v in (a["x1"], a["x2"]):
-                    n = g.call_function(torch.sum, (g.call_function(operator.mul, (v, v)), dim), {"keepdim": True})
-                    n = g.call_function(torch.clamp, (g.call_function(torch.sqrt, (n,)),), {"min": float(eps)})
+                    n = g.call_function(torch.clamp, (_norm2(g, v, dim, keepdim=True),), {"min": float(eps)})
                     unit.append(g.call_function(operator.truediv, (v, n)))
                 out = g.call_function(torch.sum, (g.call_function(operator.mul, tuple(unit)), dim))
         elif _is_triplet(gm, node):
