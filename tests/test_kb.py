@@ -283,24 +283,25 @@ def test_an_untouched_start_is_replaced_by_the_current_library_start(home):
 
     p1, p3 = [p for p in load_problems("sample", size="tiny") if (p.level, p.problem_id) in ((1, 1), (1, 3))]
     ws = Workspace.open(home)
-    events = []
+    events, old = [], {}
     with Store(home.db) as store:
         for p in (p1, p3):
             k = ensure_problem_kernel(store, ws, p, events.append)
-            # what an older library wrote: the branch's only commit
-            old = ws.advance(p.kernel_name, "# an older start\n" + ws.read(p.kernel_name), "older start", ws.head(p.kernel_name))
-            store.update_kernel(k.id, base_commit=old)
+            # what an older library wrote, recorded as the kernel's start
+            name = p.kernel_name
+            old[name] = ws.advance(name, "# an older start\n" + ws.read(name), "older start", ws.head(name))
+            store.update_kernel(k.id, base_commit=old[p.kernel_name])
         # p3 kept an experiment on top of its start
         kept = ws.advance(p3.kernel_name, ws.read(p3.kernel_name) + "# kept\n", "kept", ws.head(p3.kernel_name))
         events.clear()
         k1 = ensure_problem_kernel(store, ws, p1, events.append)
         k3 = ensure_problem_kernel(store, ws, p3, events.append)
         assert ws.read(p1.kernel_name) == initial_solution(p1).source
-        assert k1.base_commit == ws.head(p1.kernel_name) != old
+        assert k1.base_commit == ws.head(p1.kernel_name) != old[p1.kernel_name]
         assert [e.message for e in events] == [f"{p1.kernel_name}: start updated from the library: "
                                                f"{initial_solution(p1).describe()}"]
         assert ws.head(p3.kernel_name) == kept and ws.read(p3.kernel_name).endswith("# kept\n")
-        assert k3.base_commit != kept
+        assert k3.base_commit == old[p3.kernel_name]
         # a start that is already current is not committed again
         head = ws.head(p1.kernel_name)
         ensure_problem_kernel(store, ws, p1, events.append)

@@ -193,7 +193,7 @@ def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tu
                     worst = (float(excess[j]), float(o64[j]), float(r64[j]))
         if n_new_bad:
             raise CheckFailure(f"output {i} has {n_new_bad} NaN/Inf value(s) where the reference is finite "
-                               f"(first at {[int(i) for i in torch.unravel_index(torch.tensor(first_new_bad), o.shape)]})")
+                               f"(first at {[int(v) for v in torch.unravel_index(torch.tensor(first_new_bad), o.shape)]})")
         if n_bad:
             raise CheckFailure(f"output {i}: {n_bad} of {of.numel()} elements outside atol={atol:g} rtol={rtol:g} "
                                f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}; worst got "
