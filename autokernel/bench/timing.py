@@ -2,9 +2,9 @@
 repetitions, median and IQR. The host is kept ahead of the GPU: each batch of repetitions is
 queued behind a GPU-side sleep longer than the host needs to queue them, so the events time the
 kernels and not the Python launch path (a 2048x4096 layer norm is ~15 us of GPU work, and a Triton
-launch from Python can take longer than that; it is the same function for every contender). The candidate, eager PyTorch and torch.compile are timed in the same
-process by the same function, so their numbers are comparable. GPU only: on the CPU the bench
-reports no timings at all.
+launch from Python can take longer than that; it is the same function for every contender). The
+candidate, eager PyTorch and torch.compile are timed in the same process by the same function, so
+their numbers are comparable. GPU only: on the CPU the bench reports no timings at all.
 """
 
 from __future__ import annotations
