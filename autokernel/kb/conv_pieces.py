@@ -39,11 +39,11 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
     for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         kw = rk % KW
-        t = rk // KW
-        kh = t % KH
-        t = t // KH
-        kd = t % KD
-        ci = t // KD
+        q = rk // KW  # not t: triton types a name reused in the loop as loop-carried
+        kh = q % KH
+        q = q // KH
+        kd = q % KD
+        ci = q // KD
         c = g * cpg + ci
         if TRANSPOSED:  # output o gathers input i where o = i * s - p + k * d
             e_d = od[:, None] + pd - kd[None, :] * dd
