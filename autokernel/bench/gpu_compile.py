@@ -1,0 +1,172 @@
+"""Compile, for a GPU target, the Triton kernels that a call launched under the interpreter.
+
+The interpreter (`TRITON_INTERPRET=1`, how CI checks kernels on a CPU) runs a kernel's Python
+body with numpy, so it accepts programs that Triton's compiler rejects: a loop that rebinds a name
+to a block of another shape, a constexpr used as a runtime value, an unsupported op. Such a kernel
+passes every CPU test and fails on the card. This module records each launch made inside
+`record_launches()` (the kernel's file and name, its argument types, its constexprs) and lowers
+it to Triton IR for sm_90 through the CUDA backend's front end: no GPU, driver or ptxas is needed
+for that stage, and it is the stage where those errors are raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+_PTR = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "i1",
+}
+_LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"}
+
+
+class GpuCompileError(RuntimeError):
+    """A recorded kernel does not compile for the GPU target."""
+
+
+@dataclass
+class Launch:
+    path: str  # the file of the kernel's module
+    name: str  # the kernel's name there
+    signature: dict
+    constexprs: dict
+    options: dict = field(default_factory=dict)
+
+    @property
+    def key(self):
+        return (self.path, self.name, tuple(self.signature.items()), tuple(sorted(self.constexprs.items(), key=str)),
+                tuple(sorted(self.options.items())))
+
+
+def _arg_type(value):
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in _PTR:
+            raise GpuCompileError(f"no Triton pointer type for {value.dtype}")
+        return "*" + _PTR[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2**31 <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise GpuCompileError(f"cannot type a kernel argument of {type(value).__name__}")
+
+
+def _launch(fn, args, kwargs):
+    import inspect
+
+    import triton.language as tl
+
+    params = list(inspect.signature(fn).parameters.values())
+    bound = dict(zip((p.name for p in params), args))
+    bound.update({k: v for k, v in kwargs.items() if k not in _LAUNCH_OPTIONS})
+    signature, constexprs = {}, {}
+    for i, p in enumerate(params):
+        value = bound.get(p.name, p.default)
+        if value is inspect.Parameter.empty:
+            raise GpuCompileError(f"{fn.__name__}: no value for argument {p.name}")
+        if p.annotation is tl.constexpr or p.annotation == "tl.constexpr" or value is None:
+            signature[p.name] = "constexpr"
+            constexprs[(i,)] = value
+        else:
+            signature[p.name] = _arg_type(value)
+    options = {k: v for k, v in kwargs.items() if k in _LAUNCH_OPTIONS}
+    return Launch(fn.__code__.co_filename, fn.__name__, signature, constexprs, options)
+
+
+@contextlib.contextmanager
+def record_launches():
+    """Yield a list that fills with one Launch per distinct kernel launch made in the block.
+
+    The launches still run (under the interpreter) so the block computes its real results."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches, seen = [], set()
+    original = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        rec = _launch(self.fn, args, kwargs)
+        if rec.key not in seen:
+            seen.add(rec.key)
+            launches.append(rec)
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = run
+    try:
+        yield launches
+    finally:
+        InterpretedFunction.run = original
+
+
+def compile_for_gpu(launches, arch=90, timeout=600):
+    """Lower every launch to Triton IR for CUDA sm_`arch`; raise GpuCompileError naming the kernel
+    and the compiler's message on the first that does not compile. Returns how many compiled.
+
+    It runs in a fresh process without TRITON_INTERPRET: with it set, triton.language's own
+    jit helpers are built as interpreted functions at import, and the code generator cannot use
+    them. That process imports each kernel's module again from its file."""
+    if not launches:
+        return 0
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.options) for rec in launches]
+    try:
+        done = subprocess.run([sys.executable, "-m", "autokernel.bench.gpu_compile", str(arch)],
+                              input=pickle.dumps(jobs), capture_output=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise GpuCompileError(f"compiling {len(jobs)} kernels for sm_{arch} took more than {timeout} s") from e
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()
+        raise GpuCompileError(f"the sm_{arch} compile process failed: {tail[-1] if tail else done.returncode}")
+    verdict = json.loads(lines[-1])
+    if "error" in verdict:
+        raise GpuCompileError(verdict["error"])
+    return verdict["compiled"]
+
+
+def _compile_jobs(jobs, arch):
+    import importlib.util
+
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    target = GPUTarget("cuda", arch, 32)
+    backend = CUDABackend(target)
+    modules = {}
+    for path, name, signature, constexprs, options in jobs:
+        if path not in modules:
+            spec = importlib.util.spec_from_file_location(f"autokernel_gpu_compile_{len(modules)}", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod
+            spec.loader.exec_module(mod)
+            modules[path] = mod
+        fn = getattr(modules[path], name, None)
+        if not isinstance(fn, JITFunction):
+            return {"error": f"{name} is not a module-level Triton kernel of {path}"}
+        opts = backend.parse_options(dict(options))
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        try:
+            ASTSource(fn, signature, constexprs).make_ir(
+                target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(), context)
+        except Exception as e:  # the compiler's own errors carry the source position
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            return {"error": f"{name} does not compile for sm_{arch}: {lines[-1] if lines else type(e).__name__}"}
+    return {"compiled": len(jobs)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_compile_jobs(pickle.loads(sys.stdin.buffer.read()), int(sys.argv[1]))))
