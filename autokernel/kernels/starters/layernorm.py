@@ -61,28 +61,44 @@ def _add_pair(a0, a1, b0, b1):
 
 @triton.jit
 def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, sb, syr,
-                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SHIFTED: tl.constexpr):
+                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SHIFTED: tl.constexpr, EVEN: tl.constexpr):
     r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     cmask = c < cols
     mask = (r < rows)[:, None] & cmask[None, :]
-    x = tl.load(x_ptr + r[:, None] * sxr + c[None, :] * sxc, mask=mask, other=0.0).to(tl.float32)
+    xp = x_ptr + r[:, None] * sxr + c[None, :] * sxc
+    if EVEN:  # the tile lies wholly inside: no masks or selects (H200, 4096 columns: 1.2 points of copy)
+        x = tl.load(xp).to(tl.float32)
+    else:
+        x = tl.load(xp, mask=mask, other=0.0).to(tl.float32)
     if SHIFTED:
         shift = tl.load(x_ptr + r * sxr, mask=r < rows, other=0.0).to(tl.float32)
-        e = tl.where(mask, x - shift[:, None], 0.0)
+        e = x - shift[:, None]
+        if not EVEN:
+            e = tl.where(mask, e, 0.0)
         s1, s2 = tl.reduce((e, e * e), 1, _add_pair)
         mean_e = s1 / cols
         var = tl.maximum(s2 / cols - mean_e * mean_e, 0.0)
-        d = tl.where(mask, e - mean_e[:, None], 0.0)
+        d = e - mean_e[:, None]
     else:
         mean = tl.sum(x, axis=1) / cols
-        d = tl.where(mask, x - mean[:, None], 0.0)
+        d = x - mean[:, None]
+    if not EVEN:
+        d = tl.where(mask, d, 0.0)
+    if not SHIFTED:
         var = tl.sum(d * d, axis=1) / cols
     rstd = 1.0 / tl.sqrt(var + eps)
-    w = tl.load(w_ptr + c * sw, mask=cmask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + c * sb, mask=cmask, other=0.0).to(tl.float32)
-    y = d * rstd[:, None] * w[None, :] + b[None, :]
-    tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if EVEN:
+        w = tl.load(w_ptr + c * sw).to(tl.float32)
+        b = tl.load(b_ptr + c * sb).to(tl.float32)
+    else:
+        w = tl.load(w_ptr + c * sw, mask=cmask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + c * sb, mask=cmask, other=0.0).to(tl.float32)
+    y = (d * rstd[:, None] * w[None, :] + b[None, :]).to(y_ptr.dtype.element_ty)
+    if EVEN:
+        tl.store(y_ptr + r[:, None] * syr + c[None, :], y)
+    else:
+        tl.store(y_ptr + r[:, None] * syr + c[None, :], y, mask=mask)
 
 
 @triton.jit
@@ -208,6 +224,7 @@ def kernel_fn(x, weight, bias, eps):
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
         _layernorm_fused[(triton.cdiv(rows, rows_per),)](
             x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
+            EVEN=block_n == cols and rows % rows_per == 0,
             num_warps=warps)
     elif rows < SPLIT_PROGRAMS and cols >= 2 * LOOP_BLOCK:
         _split_rows(x, weight, bias, y, eps, args)
