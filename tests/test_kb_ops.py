@@ -183,9 +183,11 @@ class Model(nn.Module):
     assert bool(re.search(r"_kb_bidx\(base, i\d", sol.source)) == bool(fused)  # the bias loads
 
 
-def test_block_index_across_program_boundaries(home):
+@pytest.mark.parametrize("spatial", ["13, 5", "8, 8"])
+def test_block_index_across_program_boundaries(home, spatial):
     """inner not a multiple of the block and programs starting mid-run: small EW_BLOCK so that
-    many programs start inside a channel's run."""
+    many programs start inside a channel's run. Blocks up to inner take the path without a
+    division per element, longer ones the other; 8x8 puts a block exactly on a channel's run."""
     from autokernel.kb.problems import load_source
     from autokernel.kb.solutions import initial_solution
 
@@ -193,11 +195,11 @@ def test_block_index_across_program_boundaries(home):
 class Model(nn.Module):
     def forward(self, x, b):
         return torch.tanh(x - b) * 3.0
-''', "[torch.randn(3, 7, 13, 5), torch.randn(7, 1, 1)]")
+''', f"[torch.randn(3, 7, {spatial}), torch.randn(7, 1, 1)]")
     sol = initial_solution(p)
     assert sol.fused == 1
     mod = load_source(sol.source, f"kb_op_test_{p.code_hash}_blk")
-    for block in (16, 64, 1024):
+    for block in (16, 64, 128, 1024):
         mod.EW_BLOCK = block
         x, b = mod.get_inputs()
         torch.testing.assert_close(mod.ModelNew()(x, b), mod.Model()(x, b), atol=1e-5, rtol=1e-5)

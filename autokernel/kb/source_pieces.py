@@ -151,7 +151,12 @@ def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
     # program, 32-bit ones per element (a 64-bit division per element costs more than the load)
     q0 = ((base // inner) % size).to(tl.int32)
     j = (base % inner).to(tl.int32) + tl.arange(0, BLOCK)
-    return (q0 + j // inner) % size
+    if inner >= BLOCK:  # j < 2 * inner: the block crosses at most one boundary, no division per element
+        q = q0 + (j >= inner).to(tl.int32)
+        idx = tl.where(q >= size, q - size, q)
+    else:
+        idx = (q0 + j // inner) % size
+    return idx
 
 
 # @BLOCK@
