@@ -53,7 +53,7 @@ def test_equal_scale_gives_equal_rows():
 
 def test_starter_file_format():
     kf = K.assert_starter_file("triton", {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "NUM_WARPS", "NUM_STAGES"})
-    assert (kf.config["BLOCK_M"], kf.config["BLOCK_N"], kf.config["BLOCK_K"]) == (128, 256, 64)
+    assert (kf.config["BLOCK_M"], kf.config["BLOCK_N"], kf.config["BLOCK_K"]) == (256, 128, 64)
 
 
 test_triton_matches_reference = K.correctness_test(

@@ -42,9 +42,10 @@ import triton.language as tl
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
 
-# fp16 / bf16: 128x256x64 with 8 warps and 3 stages is a good Hopper default (147 KB of smem).
-BLOCK_M = 128
-BLOCK_N = 256
+# fp16 / bf16: 256x128x64, 8 warps, 3 stages (147 KB of smem). H200 bf16 screen at the LLaMA shapes: 0.79x
+# cuBLAS against 0.71x for 128x256 (the same smem), 0.78x for 128x256 through TMA with 4 stages.
+BLOCK_M = 256
+BLOCK_N = 128
 BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 8
