@@ -24,22 +24,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from autokernel.amdahl import kernel_speedup, model_speedup
+
 # statuses that are experiments with a verdict (abandoned rows have none; baseline is the start)
 VERDICTS = ("kept", "reverted", "incorrect", "crashed", "timeout")
-
-
-def model_speedup(terms: Iterable[tuple[float, float]]) -> float:
-    """Amdahl: terms are (share f_i, speed-up s_i). Shares are clipped so they sum to at most 1."""
-    saved, total_share = 0.0, 0.0
-    for f, s in terms:
-        f = max(0.0, min(1.0, float(f)))
-        if total_share + f > 1.0:
-            f = 1.0 - total_share
-        total_share += f
-        if s and s > 0:
-            saved += f * (1.0 - 1.0 / s)
-    remaining = 1.0 - saved
-    return float("inf") if remaining <= 0 else 1.0 / remaining
 
 
 @dataclass
@@ -64,12 +52,8 @@ class KernelState:
 
     @property
     def speedup(self) -> float:
-        """Speed-up the kernel brings to the model: vs eager when measured, else vs its baseline."""
-        if self.best_vs_eager:
-            return self.best_vs_eager
-        if self.baseline_us and self.best_us:
-            return self.baseline_us / self.best_us
-        return 1.0
+        """Speed-up the kernel brings to the model (autokernel.amdahl.kernel_speedup)."""
+        return kernel_speedup(self.best_vs_eager, self.baseline_us, self.best_us)
 
     @property
     def speedup_vs_baseline(self) -> float:

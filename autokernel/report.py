@@ -9,10 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from autokernel.amdahl import kernel_speedup, model_speedup
 from autokernel.errors import ConfigError, NotFoundError
 
 # results.tsv: the ten autoresearch-style columns first, then ours. Order is a contract.
@@ -158,12 +160,14 @@ def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
 
 
 def amdahl(summaries: list[KernelSummary]) -> Optional[float]:
-    """Model speed-up 1 / (1 - sum f_i (1 - 1/s_i)) from each kernel's share and best speed-up."""
-    terms = [(s.share, s.best_vs_eager) for s in summaries if s.share > 0 and s.best_vs_eager]
+    """The model speed-up predicted from each kernel's share and best speed-up, by the rule the loop
+    and verify use (autokernel.amdahl); None when no kernel has a share and a timed experiment."""
+    terms = [(s.share, kernel_speedup(s.best_vs_eager, s.baseline_latency_us, s.best_latency_us))
+             for s in summaries if s.share > 0 and (s.best_vs_eager or s.best_latency_us)]
     if not terms:
         return None
-    saved = sum(f * (1.0 - 1.0 / sp) for f, sp in terms)
-    return 1.0 / (1.0 - saved) if saved < 1.0 else None
+    speedup = model_speedup(terms)
+    return speedup if math.isfinite(speedup) else None
 
 
 def _x(value: Optional[float], suffix: str = "x") -> str:

@@ -14,8 +14,9 @@ derived from how far eager half precision already is from that fp32 answer: a ke
 model at most NOISE_FACTOR times as far from it (never less than one rounding of the dtype). A
 fixed number would be wrong for some model: errors compound over depth, so a 32-layer model in
 bf16 is legitimately further from fp32 than a 2-layer one. The
-end-to-end speed-up is reported next to the Amdahl prediction 1 / (1 - sum f_i (1 - 1/s_i)) with
-f_i the profile's shares and s_i the best experiments' speed-ups over eager.
+end-to-end speed-up is reported next to the Amdahl prediction 1 / (1 - sum f_i (1 - 1/s_i)) over
+the kernels plugged in, with f_i their profile shares and s_i their best experiments' speed-ups by
+the loop's rule (autokernel.amdahl): over eager where measured, else over the kernel's start.
 
 The result is recorded as a run of kind "verify" (options in config_json, the result JSON in notes).
 """
@@ -31,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 
+from autokernel.amdahl import kernel_speedup, model_speedup
 from autokernel.errors import NotFoundError
 from autokernel.extract import resolve_profile
 from autokernel.kernelfile import entry_point, import_kernel, parse_source
@@ -57,6 +59,8 @@ class KernelVerdict:
     source: str  # "experiment N (sha)" | "branch head" | "starter"
     speedup: float  # vs eager, from its best experiment (1.0 when none)
     measured: bool = False  # the speed-up comes from a timed experiment
+    share: float = 0.0  # of the model's time, from the profile the kernel was extracted from
+    gain: float = 1.0  # the speed-up the Amdahl prediction uses (autokernel.amdahl.kernel_speedup)
     ok: bool = False  # correct inside the model
     slower: bool = False  # correct, but left out of the optimized model: not faster than eager
     rel_error: float | None = None
@@ -116,18 +120,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return rel, diff.abs().max().item()
 
 
-def amdahl(shares_speedups: list[tuple[float, float]]) -> float:
-    saved = sum(f * (1.0 - 1.0 / s) for f, s in shares_speedups if s and s > 0)
-    return 1.0 / max(1.0 - saved, 1e-9)
-
-
 def _load_fn(source: str) -> Callable:
     return entry_point(import_kernel(parse_source(source)))
 
 
 def _candidates(store: Store, workspace: Any, model: str,
-                names: list[str] | None) -> list[tuple[Any, str, str, float | None]]:
-    """(kernel row, source, where it came from, speed-up or None) of the best kernel per type."""
+                names: list[str] | None) -> list[tuple[Any, str, str, float | None, float]]:
+    """(kernel row, source, where it came from, speed-up over eager or None, speed-up for the Amdahl
+    prediction) of the best kernel per type."""
     rows = store.list_kernels(model=model)
     if names:
         missing = set(names) - {k.name for k in rows}
@@ -146,9 +146,12 @@ def _candidates(store: Store, workspace: Any, model: str,
         else:
             source, origin = starter_path(k.kernel_type, k.backend).read_text(), "starter"
         speedup = float(best.speedup_vs_eager) if best is not None and best.speedup_vs_eager else None
+        starts = [e for e in store.list_experiments(kernel_id=k.id, status="baseline") if e.latency_us]
+        gain = kernel_speedup(speedup, starts[-1].latency_us if starts else None,
+                              best.latency_us if best is not None else None)
         current = best_per_type.get(k.kernel_type)
         if current is None or (speedup or 0.0) > (current[3] or 0.0):
-            best_per_type[k.kernel_type] = (k, source, origin, speedup)
+            best_per_type[k.kernel_type] = (k, source, origin, speedup, gain)
     return list(best_per_type.values())
 
 
@@ -229,7 +232,6 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     if bundle is None:
         bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
     on_gpu = bundle.device.type == "cuda"
-    shares = {e["kernel_type"]: float(e["share"]) for e in json.loads(profile.entries_json)} if profile else {}
 
     if min_speedup is None and on_gpu:
         min_speedup = 1.0
@@ -254,9 +256,10 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
 
     verdicts: list[KernelVerdict] = []
     good: dict[str, Callable] = {}
-    for row, source, origin, speedup in _candidates(store, workspace, model, kernels):
+    for row, source, origin, speedup, gain in _candidates(store, workspace, model, kernels):
         v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin,
-                          speedup=speedup if speedup is not None else 1.0, measured=speedup is not None)
+                          speedup=speedup if speedup is not None else 1.0, measured=speedup is not None,
+                          share=float(row.share or 0.0), gain=gain)
         verdicts.append(v)
         try:
             fn = _load_fn(source)
@@ -313,7 +316,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         if not on_gpu:
             result.notes.append("timed on the CPU (Triton interpreter when no GPU): the times say nothing "
                                 "about GPU speed")
-    result.amdahl_prediction = amdahl([(shares.get(v.kernel_type, 0.0), v.speedup) for v in result.plugged])
+    result.amdahl_prediction = model_speedup((v.share, v.gain) for v in result.plugged)
 
     if record:
         run = store.create_run("verify", model=model, config=bundle.options(), device=result.device)

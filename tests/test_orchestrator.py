@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autokernel.orchestrator import Orchestrator, model_speedup, run_elapsed_s
+from autokernel.amdahl import kernel_speedup, model_speedup
+from autokernel.orchestrator import Orchestrator, run_elapsed_s
 from autokernel.store import Store
 
 
@@ -14,6 +15,12 @@ def test_model_speedup_is_amdahl():
     assert model_speedup([(0.5, 2.0), (0.3, 1.5)]) == pytest.approx(1 / (1 - 0.25 - 0.1))
     assert model_speedup([(0.4, 0.5)]) == pytest.approx(1 / 1.4)  # a slower kernel slows the model
     assert model_speedup([(0.7, 2.0), (0.6, 2.0)]) == pytest.approx(1 / (1 - 0.5))  # shares clipped at 1
+
+
+def test_kernel_speedup_prefers_eager_then_the_start():
+    assert kernel_speedup(1.7, 100.0, 50.0) == 1.7  # timed against eager (a GPU run)
+    assert kernel_speedup(None, 100.0, 80.0) == pytest.approx(1.25)  # the interpreter: vs its start
+    assert kernel_speedup(None, None, 80.0) == 1.0 and kernel_speedup(None, 100.0, None) == 1.0
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from autokernel.kernels import starter_path
 from autokernel.models import load_model, output_tensor
 from autokernel.plug import plugged
 from autokernel.store import Store
-from autokernel.verify import amdahl, compare, verify
+from autokernel.verify import compare, verify
 from autokernel.workspace import Workspace
 
 OPTS = {"batch": 1, "seq": 8, "dtype": "float32", "device": "cpu"}
@@ -278,14 +278,11 @@ def test_loss_softmax_and_reduce_routes():
     assert torch.sum is orig_sum and torch.Tensor.sum is orig_tsum  # restored
 
 
-def test_compare_and_amdahl():
+def test_compare():
     ref = torch.ones(4)
     assert compare(ref.clone(), ref) == (0.0, 0.0)
     assert compare(torch.tensor([1.0, 1.0, 1.0, float("nan")]), ref)[0] == float("inf")
     assert compare(torch.ones(3), ref)[0] == float("inf")
-    assert amdahl([(0.5, 2.0)]) == pytest.approx(4 / 3)
-    assert amdahl([(0.5, 2.0), (0.2, 4.0)]) == pytest.approx(1 / (1 - 0.25 - 0.15))
-    assert amdahl([]) == 1.0
 
 
 @pytest.mark.gpu
@@ -299,3 +296,23 @@ def test_gpu_llama_verifies_in_bf16_with_the_starting_kernels(env):
     assert {v.kernel_type for v in r.plugged} == {k.kernel_type for k in kernels}
     assert all(v.calls > 0 and v.fallbacks == 0 for v in r.plugged)
     assert r.eager_ms > 0 and r.plugged_ms > 0
+
+
+def test_verify_predicts_what_the_loop_predicted_without_eager_timings(env):
+    """On the CPU no experiment has a speed-up over eager: the loop predicts from each kernel's
+    speed-up over its start, and verify must print the same prediction, not 1.0."""
+    from autokernel.orchestrator import Orchestrator
+
+    store, ws = env
+    store.add_profile("llama-tiny", LLAMA_ENTRIES, config=OPTS)
+    extract(store, ws, top=2)  # matmul 0.4 of the time, fused_mlp 0.3
+    run = store.create_run("loop", model="llama-tiny")
+    kernels = [store.get_kernel("llama-tiny.matmul"), store.get_kernel("llama-tiny.fused_mlp")]
+    for k, start_us, kept_us in zip(kernels, (100.0, 50.0), (80.0, 25.0)):
+        store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, commit=ws.head(k.name),
+                             status="baseline", latency_us=start_us)
+        store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, commit=ws.head(k.name),
+                             status="kept", latency_us=kept_us)
+    loop_says = Orchestrator.from_store(store, run.id, kernels).predicted_speedup()
+    assert loop_says == pytest.approx(1 / (1 - 0.4 * (1 - 80 / 100) - 0.3 * (1 - 25 / 50)))
+    assert verify(store, ws, time_iters=0, record=False).amdahl_prediction == pytest.approx(loop_says)
