@@ -6,7 +6,7 @@ nothing else in the problem would run a kernel of ours (cuDNN's are the faster s
 
 from __future__ import annotations
 
-from autokernel.kb.op_rules import _fn_name, _is_float_tensor
+from autokernel.kb.fx_nodes import fn_name, is_float_tensor
 
 
 class Source(str):
@@ -36,12 +36,12 @@ def conv_args(gm, node) -> dict | None:
         ref = f"self.get_submodule({node.target!r})"
         a = {"x": node.args[0], "weight": Source(f"{ref}.weight"),
              "bias": Source(f"{ref}.bias") if mod.bias is not None else None, **{k: getattr(mod, k) for k in keys}}
-    elif node.op == "call_function" and (_fn_name(node.target) or "").startswith("conv"):
-        transposed = _fn_name(node.target).startswith("conv_transpose")
+    elif node.op == "call_function" and (fn_name(node.target) or "").startswith("conv"):
+        transposed = fn_name(node.target).startswith("conv_transpose")
         keys = _TRANSPOSED_KEYS if transposed else _CONV_KEYS
         a = dict(zip(("x", "weight", "bias") + keys, node.args),
                  **{("x" if k == "input" else k): v for k, v in node.kwargs.items()})
-        if set(a) - {"x", "weight", "bias", *keys} or not _is_float_tensor(a.get("weight")):
+        if set(a) - {"x", "weight", "bias", *keys} or not is_float_tensor(a.get("weight")):
             return None
     else:
         return None
@@ -50,7 +50,7 @@ def conv_args(gm, node) -> dict | None:
         if isinstance(a.get("padding"), str):
             return None
     consts = [a.get(k, 1) for k in keys]
-    if not _is_float_tensor(a.get("x")) or any(not isinstance(v, (int, tuple, list, str)) for v in consts):
+    if not is_float_tensor(a.get("x")) or any(not isinstance(v, (int, tuple, list, str)) for v in consts):
         return None
     return a
 
@@ -73,8 +73,8 @@ def pool_args(gm, node) -> dict | None:
         kind, nd = pools[type(mod)]
         a = {k: getattr(mod, k) for k in _POOL_KEYS[kind] if hasattr(mod, k)}
         x = node.args[0]
-    elif node.op == "call_function" and (_fn_name(node.target) or "")[:-2] in ("max_pool", "avg_pool"):
-        name = _fn_name(node.target)
+    elif node.op == "call_function" and (fn_name(node.target) or "")[:-2] in ("max_pool", "avg_pool"):
+        name = fn_name(node.target)
         kind, nd = name[:3], int(name[-2])
         a = dict(zip(_POOL_KEYS[kind], node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
         x = node.args[0] if node.args else node.kwargs.get("input")
@@ -82,7 +82,7 @@ def pool_args(gm, node) -> dict | None:
             return None
     else:
         return None
-    if a.pop("return_indices", False) or not _is_float_tensor(x) \
+    if a.pop("return_indices", False) or not is_float_tensor(x) \
             or len(x.meta["tensor_meta"].shape) not in (nd + 1, nd + 2) \
             or not all(v is None or isinstance(v, (int, float, tuple, list, bool)) for v in a.values()):
         return None

@@ -8,14 +8,14 @@ x's size.
 
 from __future__ import annotations
 
-from autokernel.kb.op_rules import _dim_ok, _is_float_tensor, _is_number, _name, _ndim
+from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, is_number, node_name, node_ndim
 
 
 def _call(node):
     """(name, args, kwargs) of a call_function / call_method node, else None."""
     from torch import fx
 
-    name = _name(node) if isinstance(node, fx.Node) else None
+    name = node_name(node) if isinstance(node, fx.Node) else None
     return (name, list(node.args), dict(node.kwargs)) if name else None
 
 
@@ -49,7 +49,7 @@ def _mean_square(node):
     dim = allk.get("dim")
     if isinstance(dim, (list, tuple)) and len(dim) == 1:
         dim = dim[0]
-    if set(allk) != {"dim", "keepdim"} or allk["keepdim"] is not True or not _dim_ok(dim, _ndim(args[0]) or 0):
+    if set(allk) != {"dim", "keepdim"} or allk["keepdim"] is not True or not dim_ok(dim, node_ndim(args[0]) or 0):
         return None
     x = _square_of(args[0])
     if x is None or not _only_use(args[0], node):
@@ -63,8 +63,8 @@ def _plus_eps(node):
     if c is None or c[0] != "add" or c[2] or len(c[1]) != 2:
         return None
     a, b = c[1]
-    mean, eps = (a, b) if _is_number(b) else (b, a)
-    return (mean, float(eps)) if _is_number(eps) and _only_use(mean, node) else None
+    mean, eps = (a, b) if is_number(b) else (b, a)
+    return (mean, float(eps)) if is_number(eps) and _only_use(mean, node) else None
 
 
 def rms_of(node) -> dict | None:
@@ -92,6 +92,6 @@ def rms_of(node) -> dict | None:
     else:  # no eps: x / sqrt(sum(x ** 2)), the L2 norm written out (or rewritten from torch.norm)
         mean, eps, folded = added, 0.0, [root]
     ms = _mean_square(mean)
-    if ms is None or ms[0] is not x or not _is_float_tensor(x) or not _only_use(mean, folded[0]):
+    if ms is None or ms[0] is not x or not is_float_tensor(x) or not _only_use(mean, folded[0]):
         return None
-    return {"x": x, "dim": ms[1] % _ndim(x), "eps": eps, "mean": ms[2], "folded": [mean.args[0], mean] + folded}
+    return {"x": x, "dim": ms[1] % node_ndim(x), "eps": eps, "mean": ms[2], "folded": [mean.args[0], mean] + folded}

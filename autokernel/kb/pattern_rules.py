@@ -1,0 +1,149 @@
+"""The rules of op_rules.py that look past one node: patterns that fold several traced nodes into one
+call of a generated kernel (a scan with its flips and mask, an RMS normalisation written op by op)
+and the single-node calls of generated kernels (`_kb_dimred`, and `_kb_conv` / `_kb_pool` through
+fallback_rules.py). OpRules inherits them.
+"""
+
+from __future__ import annotations
+
+from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, needs_layout, node_name, node_ndim
+
+
+def _flip_dim(node, nd: int) -> int | None:
+    """The one dim a flip node flips (x.flip(1), torch.flip(x, [1])), else None."""
+    if not hasattr(node, "op") or node_name(node) != "flip" or len(node.args) < 1 or node_ndim(node.args[0]) != nd:
+        return None
+    dims = list(node.args[1:]) if node.op == "call_method" else list(node.args[1:2])
+    dims = dims or [node.kwargs.get("dims")]
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = list(dims[0])
+    if set(node.kwargs) - {"dims"} or len(dims) != 1 or not dim_ok(dims[0], nd):
+        return None
+    return dims[0] % nd
+
+
+def _mask_operands(node):
+    """(x, mask) of x * mask with a bool mask of x's shape: the scan's prologue; else None."""
+    import torch
+
+    if node_name(node) != "mul" or len(node.args) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    for x, m in ((a, b), (b, a)):
+        tm = getattr(m, "meta", {}).get("tensor_meta")
+        if is_float_tensor(x) and getattr(tm, "dtype", None) == torch.bool \
+                and tuple(tm.shape) == tuple(x.meta["tensor_meta"].shape) \
+                and x.meta["tensor_meta"].dtype == node.meta["tensor_meta"].dtype:
+            return x, m
+    return None
+
+
+def scan_of(node) -> dict | None:
+    """A cumsum / cumprod node as one _kb_scan: its input, dim, and the nodes folded into the call
+    (flips on both sides over the same dim: a reversed scan; a bool mask multiplied in: a
+    prologue). Each folded node has the chain as its only user, so it needs no line of its own;
+    "out" is the node whose line makes the call."""
+    name = node_name(node)
+    if name not in ("cumsum", "cumprod") or not (node.args or "input" in node.kwargs):
+        return None
+    x = node.args[0] if node.args else node.kwargs["input"]
+    allk = dict(zip(("dim", "dtype"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
+    nd, dim = node_ndim(x) or 0, allk.get("dim")
+    # torch.cumsum of an int or bool tensor gives int64: left to torch, as is a cast (dtype=)
+    if set(allk) - {"dim", "dtype"} or not is_float_tensor(x) \
+            or allk.get("dtype") not in (None, x.meta["tensor_meta"].dtype) \
+            or not dim_ok(dim, nd):
+        return None
+    dim %= nd
+    s = {"x": x, "dim": dim, "prod": name == "cumprod", "reverse": False, "mask": None, "folded": [], "out": node}
+    users = list(node.users)
+    if _flip_dim(x, nd) == dim and len(x.users) == 1 and len(users) == 1 and _flip_dim(users[0], nd) == dim:
+        s.update(reverse=True, folded=[x, node], out=users[0])
+        x = s["x"] = x.args[0]
+    mask = _mask_operands(x) if len(x.users) == 1 else None
+    if mask:
+        s["folded"].append(x)
+        s["x"], s["mask"] = mask
+    return s
+
+
+class PatternRules:
+    """Mixin of OpRules: needs self.gm, self.fmt and self.generated (see OpRules)."""
+
+    def fold_plan(self, key: str, find) -> dict:
+        """node -> the pattern `find` found ending at it (a dict with "folded", the nodes before it
+        that its one call computes too, and "out", the node making the call, itself by default),
+        or None for a folded node; built once per graph. A node two patterns would claim (one
+        scan's outer flip the next one's inner flip) stays with the first: the later pattern stays
+        torch ops."""
+        plans = self.__dict__.setdefault("_fold_plans", {})
+        if key not in plans:
+            plan = plans[key] = {}
+            for n in self.gm.graph.nodes:
+                p = find(n)
+                out = p.get("out", n) if p else None
+                if p and not any(f in plan for f in p["folded"] + [out]):
+                    plan.update(dict.fromkeys(p["folded"]))
+                    plan[out] = p
+        return plans[key]
+
+    def scan_call(self, node) -> str | None:
+        """_kb_scan for the node making a scan's call, '' for a node folded into one (no line)."""
+        plan = self.fold_plan("scan", scan_of)
+        if node not in plan:
+            return None
+        self.generated["scan"].add(node)
+        s = plan[node]
+        if s is None:
+            return ""
+        extra = "".join(f", {k}=True" for k in ("prod", "reverse") if s[k])
+        extra += f", mask={self.fmt(s['mask'])}" if s["mask"] is not None else ""
+        if s["dim"] != node_ndim(s["x"]) - 1:  # a permuted view back, copied only where that matters
+            extra += f", contiguous={needs_layout(s['out'])}"
+        return f"_kb_scan({self.fmt(s['x'])}, {s['dim']}{extra})"
+
+    def dimred_call(self, node, name: str, x, rest, kw) -> str | None:
+        """_kb_dimred for max / min / amax / amin / argmax / argmin / prod over one int dim of a
+        float tensor (torch.max(a, b), a full reduction, dtype= stay torch ops)."""
+        allk = dict(zip(("dim", "keepdim"), rest), **kw)
+        dim, keepdim = allk.get("dim"), allk.get("keepdim", False)
+        if name in ("amax", "amin") and isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        nd = node_ndim(x) or 0
+        if set(allk) - {"dim", "keepdim"} or not is_float_tensor(x) or not dim_ok(dim, nd) \
+                or not isinstance(keepdim, bool):
+            return None
+        self.generated["dimred"].add(node)
+        return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
+
+    def fallback_call(self, node) -> str | None:
+        """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:
+        nothing else would run a kernel of ours)."""
+        if not getattr(self, "fallback", False):
+            return None
+        from autokernel.kb.fallback_rules import conv_args, pool_args
+
+        a = conv_args(self.gm, node)
+        if a is not None:
+            self.generated["conv"].add(node)
+            hyper = "".join(f", {k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",
+                                                               "output_padding") if k in a)
+            return f"_kb_conv({self.fmt(a['x'])}, {self.fmt(a['weight'])}, {self.fmt(a['bias'])}{hyper})"
+        a = pool_args(self.gm, node)
+        if a is not None:
+            self.generated["pool"].add(node)
+            hyper = "".join(f", {k}={self.fmt(v)}" for k, v in a.items() if k not in ("x", "nd", "kind"))
+            return f"_kb_pool({self.fmt(a['x'])}, {a['nd']}, {a['kind']!r}{hyper})"
+        return None
+
+    def rms_call(self, node) -> str | None:
+        """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
+        from autokernel.kb.norm_rules import rms_of
+
+        plan = self.fold_plan("rms", rms_of)
+        if node not in plan:
+            return None
+        r = plan[node]
+        if r is None:
+            return ""
+        return f"_kb_rms_norm({self.fmt(r['x'])}, {r['dim']}, {r['eps']!r}{'' if r['mean'] else ', mean=False'})"
