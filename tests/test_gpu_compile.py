@@ -53,6 +53,7 @@ def test_a_kernel_the_interpreter_accepts_but_the_compiler_rejects_is_caught():
     with record_launches() as launches:
         rebinding[(1,)](x, 8, B=64)
     assert len(launches) == 1 and launches[0].signature == {"x_ptr": "*fp32", "n": "i32", "B": "constexpr"}
+    assert launches[0].attrs == {(0,): "D"}  # the pointer marked 16-byte aligned, as the launcher does
     with pytest.raises(GpuCompileError, match="rebinding does not compile for sm_90.*Loop-carried"):
         compile_for_gpu(launches)
 

@@ -19,13 +19,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-import torch
-
-_PTR = {
-    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "i1",
-}
 _LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"}
 
 
@@ -39,48 +32,47 @@ class Launch:
     name: str  # the kernel's name there
     signature: dict
     constexprs: dict
+    attrs: dict = field(default_factory=dict)  # (arg index,) -> Triton's specialization string ("D")
     options: dict = field(default_factory=dict)
 
     @property
     def key(self):
         return (self.path, self.name, tuple(self.signature.items()), tuple(sorted(self.constexprs.items(), key=str)),
-                tuple(sorted(self.options.items())))
-
-
-def _arg_type(value):
-    if isinstance(value, torch.Tensor):
-        if value.dtype not in _PTR:
-            raise GpuCompileError(f"no Triton pointer type for {value.dtype}")
-        return "*" + _PTR[value.dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise GpuCompileError(f"cannot type a kernel argument of {type(value).__name__}")
+                tuple(sorted(self.attrs.items())), tuple(sorted(self.options.items())))
 
 
 def _launch(fn, args, kwargs):
+    """The launch as the GPU's launcher would specialize it: Triton's own specialization of each
+    argument (an int equal to 1 becomes a constexpr, pointers and ints divisible by 16 are marked
+    so), so the IR compiled here is the IR the card would compile."""
     import inspect
 
-    import triton.language as tl
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
 
     params = list(inspect.signature(fn).parameters.values())
     bound = dict(zip((p.name for p in params), args))
     bound.update({k: v for k, v in kwargs.items() if k not in _LAUNCH_OPTIONS})
-    signature, constexprs = {}, {}
+    signature, constexprs, attrs = {}, {}, {}
     for i, p in enumerate(params):
         value = bound.get(p.name, p.default)
         if value is inspect.Parameter.empty:
             raise GpuCompileError(f"{fn.__name__}: no value for argument {p.name}")
-        if p.annotation is tl.constexpr or p.annotation == "tl.constexpr" or value is None:
-            signature[p.name] = "constexpr"
-            constexprs[(i,)] = value
+        if "constexpr" in str(p.annotation) or value is None:
+            signature[p.name], constexprs[(i,)] = "constexpr", value
+            continue
+        try:
+            kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+        except Exception as e:  # a type the launcher does not take either
+            raise GpuCompileError(f"{fn.__name__}: cannot pass argument {p.name} of {type(value).__name__}") from e
+        if kind == "constexpr":
+            signature[p.name], constexprs[(i,)] = "constexpr", attr
         else:
-            signature[p.name] = _arg_type(value)
+            signature[p.name] = kind
+            if attr:
+                attrs[(i,)] = attr
     options = {k: v for k, v in kwargs.items() if k in _LAUNCH_OPTIONS}
-    return Launch(fn.__code__.co_filename, fn.__name__, signature, constexprs, options)
+    return Launch(fn.__code__.co_filename, fn.__name__, signature, constexprs, attrs, options)
 
 
 @contextlib.contextmanager
@@ -117,7 +109,7 @@ def compile_for_gpu(launches, arch=90, timeout=600):
     if not launches:
         return 0
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.options) for rec in launches]
+    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options) for rec in launches]
     try:
         done = subprocess.run([sys.executable, "-m", "autokernel.bench.gpu_compile", str(arch)],
                               input=pickle.dumps(jobs), capture_output=True, env=env, timeout=timeout)
@@ -145,7 +137,7 @@ def _compile_jobs(jobs, arch):
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
     modules = {}
-    for path, name, signature, constexprs, options in jobs:
+    for path, name, signature, constexprs, attrs, options in jobs:
         if path not in modules:
             spec = importlib.util.spec_from_file_location(f"autokernel_gpu_compile_{len(modules)}", path)
             mod = importlib.util.module_from_spec(spec)
@@ -160,7 +152,8 @@ def _compile_jobs(jobs, arch):
         ir.load_dialects(context)
         backend.load_dialects(context)
         try:
-            ASTSource(fn, signature, constexprs).make_ir(
+            attrs = {k: backend.parse_attr(v) for k, v in attrs.items()}
+            ASTSource(fn, signature, constexprs, attrs).make_ir(
                 target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(), context)
         except Exception as e:  # the compiler's own errors carry the source position
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
