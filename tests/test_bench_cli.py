@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from autokernel.store import Store
+
+HAS_CUDA = torch.cuda.is_available()
 
 FAULTS = Path(__file__).parent / "faults"
 
@@ -43,6 +46,29 @@ def test_bench_json_and_nonzero_exit_for_an_incorrect_kernel(home, run_cli):
         (e,) = store.list_experiments()
         assert (e.status, e.correctness, e.stage_smoke) == ("incorrect", "FAIL", "fail")
         assert "NaN" in e.error
+
+
+@pytest.mark.timeout(300)
+def test_bench_without_a_gpu_compiles_for_sm90(home, run_cli):
+    """A kernel the interpreter runs correctly but Triton's compiler rejects fails `bench` on the CPU
+    too (the gpu-compile stage), unless --no-gpu-compile asks for the interpreter's verdict alone."""
+    from autokernel.errors import IncorrectKernelError
+
+    if HAS_CUDA:
+        pytest.skip("with a GPU the kernel is compiled for real")
+    path = str(FAULTS / "gpu_uncompilable.py")
+    code, out, err = run_cli("bench", path, "--quick", "--json", "--timeout", "120")
+    assert code == IncorrectKernelError.exit_code
+    res = json.loads(out)["result"]
+    assert res["outcome"] == "compile_error" and res["stages"][-1]["name"] == "gpu-compile"
+    assert "Loop-carried variable offs" in res["error"] and "compile_error" in err
+    code, out, err = run_cli("bench", path, "--quick", "--json", "--timeout", "120", "--no-gpu-compile")
+    assert code == 0, err
+    assert json.loads(out)["result"]["outcome"] == "correct"
+    code, out, err = run_cli("bench", str(FAULTS / "good.py"), "--quick", "--json", "--timeout", "120")
+    assert code == 0, err
+    assert json.loads(out)["result"]["stages"][-1] == {**json.loads(out)["result"]["stages"][-1],
+                                                       "name": "gpu-compile", "status": "pass"}
 
 
 @pytest.mark.timeout(120)

@@ -32,6 +32,8 @@ EXPECTED = {
     "import_error": ({COMPILE_ERROR}, "triton_that_does_not_exist"),
     "oom": ({OOM}, "allocate"),
     "tamper": ({CHEAT}, "modified the bench"),
+    # correct under the interpreter: caught on the CPU by the sm_90 compile check, on the GPU by Triton
+    "gpu_uncompilable": ({COMPILE_ERROR}, "Loop-carried variable offs"),
 }
 
 
@@ -42,14 +44,15 @@ def worker():
 
 
 def _judge(worker, name: str, **kw):
-    return worker.judge(FAULTS / f"{name}.py", quick=kw.pop("quick", True), timeout_s=kw.pop("timeout_s", 60), **kw)
+    return worker.judge(FAULTS / f"{name}.py", quick=kw.pop("quick", True), timeout_s=kw.pop("timeout_s", 60),
+                        gpu_compile=True, **kw)
 
 
 @pytest.mark.timeout(300)
 def test_good_kernel_passes_every_stage(worker):
     res = _judge(worker, "good", quick=False)
     assert res.outcome == CORRECT, res.error
-    assert [s.name for s in res.stages] == ["smoke", "shapes", "stability", "determinism", "edge"]
+    assert [s.name for s in res.stages] == ["smoke", "shapes", "stability", "determinism", "edge", "gpu-compile"]
     assert all(s.status == "pass" for s in res.stages), res.stages
     # Every dtype the spec supports was swept in full mode; errors are real, small, and recorded.
     assert "float16" in res.stage("shapes").detail and "bfloat16" in res.stage("shapes").detail

@@ -11,7 +11,6 @@ for that stage, and it is the stage where those errors are raised.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pickle
@@ -75,28 +74,38 @@ def _launch(fn, args, kwargs):
     return Launch(fn.__code__.co_filename, fn.__name__, signature, constexprs, attrs, options)
 
 
-@contextlib.contextmanager
-def record_launches():
-    """Yield a list that fills with one Launch per distinct kernel launch made in the block.
+class record_launches:
+    """A context manager whose `with` value is a list that fills with one Launch per distinct kernel
+    launch made inside it. The launches still run (under the interpreter), so the block computes its
+    real results. Leaving it twice is harmless (the bench leaves it on success and on error)."""
 
-    The launches still run (under the interpreter) so the block computes its real results."""
-    from triton.runtime.interpreter import InterpretedFunction
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self._seen: set = set()
+        self._original = None
 
-    launches, seen = [], set()
-    original = InterpretedFunction.run
+    def __enter__(self) -> list:
+        from triton.runtime.interpreter import InterpretedFunction
 
-    def run(self, *args, grid, warmup, **kwargs):
-        rec = _launch(self.fn, args, kwargs)
-        if rec.key not in seen:
-            seen.add(rec.key)
-            launches.append(rec)
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        original = self._original = InterpretedFunction.run
+        launches, seen = self.launches, self._seen
 
-    InterpretedFunction.run = run
-    try:
-        yield launches
-    finally:
-        InterpretedFunction.run = original
+        def run(fn_self, *args, grid, warmup, **kwargs):
+            rec = _launch(fn_self.fn, args, kwargs)
+            if rec.key not in seen:
+                seen.add(rec.key)
+                launches.append(rec)
+            return original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        InterpretedFunction.run = run
+        return self.launches
+
+    def __exit__(self, *exc) -> bool:
+        if self._original is not None:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            InterpretedFunction.run, self._original = self._original, None
+        return False
 
 
 def compile_for_gpu(launches, arch=90, timeout=600):

@@ -2,7 +2,8 @@
 
 Order: load (compile errors) -> five stages, each under its own alarm (stop at the first
 failure) -> anti-cheat on the launches seen -> GPU timing of the candidate, eager and
-torch.compile at the timed shapes -> roofline against the measured ceilings.
+torch.compile at the timed shapes -> roofline against the measured ceilings. On a CPU, when asked
+(`gpu_compile`), the launches the stages made are compiled for sm_90 instead of timed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure, make_inputs
+from autokernel.bench.gpu_compile import GpuCompileError, compile_for_gpu, record_launches
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
@@ -168,6 +170,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
     old = signal.signal(signal.SIGALRM, _alarm)
     stage = "load"
+    recording = None
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
@@ -178,6 +181,11 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
                            module_name=mod.__name__)
+        # on the CPU the interpreter runs what the GPU compiler may reject: record the launches the
+        # stages make and, once they pass, lower them to Triton IR for sm_90 (gpu_compile.py)
+        if req.get("gpu_compile") and not cuda and req["backend"] == "triton":
+            recording = record_launches()
+        recorded = recording.__enter__() if recording is not None else []
         for name, func in STAGE_FUNCS:
             stage = name
             _arm(_stage_limit(name, timeout_s, deadline))
@@ -203,6 +211,16 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                     return {"result": res.to_dict(), "restart": False}
             if verdict.status == "fail":
                 res.outcome, res.error = INCORRECT, f"{name}: {verdict.detail}"
+                return {"result": res.to_dict(), "restart": False}
+        if recording is not None:
+            recording.__exit__(None, None, None)
+            stage = "gpu-compile"
+            try:
+                n = compile_for_gpu(recorded, timeout=max(30.0, deadline - time.monotonic()))
+                res.stages.append(StageVerdict(stage, "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
+            except GpuCompileError as exc:
+                res.stages.append(StageVerdict(stage, "fail", str(exc)[:300]))
+                res.outcome, res.error = COMPILE_ERROR, f"{stage}: {exc}"
                 return {"result": res.to_dict(), "restart": False}
         stage = "timing"
         res.outcome = CORRECT
@@ -230,6 +248,8 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             res.outcome = CRASHED
     finally:
         _disarm()
+        if recording is not None:
+            recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)
         if cuda:
             try:

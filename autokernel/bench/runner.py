@@ -209,9 +209,10 @@ class BenchWorker:
     def judge(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
               shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
               quick: bool = False, timeout_s: float = 600, baselines: bool = True,
-              ceilings: dict[str, float] | None = None) -> BenchResult:
+              ceilings: dict[str, float] | None = None, gpu_compile: bool = False) -> BenchResult:
         """Judge one kernel file (path, or source text). Never raises for a bad kernel: every
-        failure of the candidate is an outcome of the returned result."""
+        failure of the candidate is an outcome of the returned result. `gpu_compile`: on a machine
+        without CUDA, a Triton kernel that passes the stages must also compile for sm_90."""
         t0 = time.monotonic()
         if source is None:
             if kernel is None:
@@ -233,7 +234,8 @@ class BenchWorker:
         payload = {"op": "judge", "source": source, "path": str(kernel) if kernel else None,
                    "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
                    "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
-                   "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings}
+                   "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings,
+                   "gpu_compile": gpu_compile}
         reply = self.request(payload, timeout_s + GRACE_S)
         res = self.reply_result(reply, kf.kernel_type, kf.backend)
         if "result" not in reply:
@@ -253,8 +255,9 @@ class BenchWorker:
 def bench_file(kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
                shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
                quick: bool = False, timeout_s: float = 600, baselines: bool = True,
-               ceilings: dict[str, float] | None = None) -> BenchResult:
+               ceilings: dict[str, float] | None = None, gpu_compile: bool = False) -> BenchResult:
     """Judge one kernel file in a fresh, one-shot worker process (see BenchWorker.judge)."""
     with BenchWorker() as worker:
         return worker.judge(kernel, source=source, kernel_type=kernel_type, shapes=shapes, weights=weights,
-                            dtype=dtype, quick=quick, timeout_s=timeout_s, baselines=baselines, ceilings=ceilings)
+                            dtype=dtype, quick=quick, timeout_s=timeout_s, baselines=baselines, ceilings=ceilings,
+                            gpu_compile=gpu_compile)

@@ -72,6 +72,8 @@ def bench_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Time limit for the candidate, seconds."),
     calibrate_: bool = typer.Option(False, "--calibrate", help="Measure this device's ceilings (again) and store them."),
+    gpu_compile: bool = typer.Option(True, "--gpu-compile/--no-gpu-compile",
+                                     help="Without a GPU: also compile a Triton kernel that passes for sm_90."),
 ) -> None:
     """Run the 5 correctness stages, anti-cheat and GPU timing on one kernel; record an experiment."""
     from autokernel.bench import BenchWorker, calibrate, ceilings_of
@@ -110,7 +112,8 @@ def bench_command(
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         res = worker.judge(path, shapes=shapes, dtype=dt, quick=quick, timeout_s=timeout,
-                           ceilings=ceilings_of(device) if device is not None else None)
+                           ceilings=ceilings_of(device) if device is not None else None,
+                           gpu_compile=gpu_compile and interpreted)
         run = store.create_run("bench", config={"kernel": str(path), "shapes": shapes, "dtype": dt, "quick": quick},
                                device=res.device or None)
         fields = res.experiment_fields()
