@@ -359,7 +359,9 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
     worker = None
     if judge is None:
-        judge, worker = default_judge(store, emit)
+        # a proposer that rewrites source may write what only the interpreter runs; the search
+        # proposer only moves a starter's declared tunables, and the check costs seconds each
+        judge, worker = default_judge(store, emit, gpu_compile=agent != "search")
     loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
                  budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit)
 
@@ -412,9 +414,10 @@ def cleanup_stale(workspace, emit) -> None:
         emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
 
 
-def default_judge(store, emit) -> tuple[Judge, Any]:
+def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any]:
     """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
-    ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing."""
+    ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
+    a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects)."""
     import functools
 
     import torch
@@ -425,7 +428,7 @@ def default_judge(store, emit) -> tuple[Judge, Any]:
     worker = BenchWorker()
     if not torch.cuda.is_available():
         emit(LoopEvent("stage", "no GPU: kernels run in the Triton interpreter; " + CPU_TIMING_NOTE))
-        return CPUTimedJudge(worker.judge), worker
+        return CPUTimedJudge(functools.partial(worker.judge, gpu_compile=gpu_compile)), worker
     emit(LoopEvent("stage", "measuring the device's ceilings (once per device)"))
     device = calibrate(store, worker=worker)
     return functools.partial(worker.judge, ceilings=ceilings_of(device)), worker

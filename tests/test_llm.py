@@ -187,3 +187,25 @@ def test_llm_loop_judges_in_a_keyless_bench(home, llm_env):
     calls = store.list_llm_calls(summary.run_id)
     assert [c.status for c in calls] == ["ok", "no_code", "ok"]
     assert [c.experiment_id for c in calls] == [rows[1].id, None, rows[2].id]
+
+
+def test_llm_kernel_that_only_the_interpreter_runs_is_not_kept(home, llm_env):
+    """Without a GPU the loop's bench also compiles an LLM's kernel for sm_90: one whose loop rebinds
+    a name to a block of another shape is correct under the interpreter but a compile error."""
+    import torch
+
+    from autokernel.loop import run_loop
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the kernel is compiled for real")
+    server = llm_env
+    rebinding = GOOD.replace("    acc = tl.zeros([BLOCK], dtype=tl.float32)\n",
+                             "    acc = tl.zeros([BLOCK], dtype=tl.float32)\n    offs = tl.arange(0, 2 * BLOCK)\n", 1)
+    assert rebinding != GOOD
+    store, ws, k = add_tiny_kernel(home)
+    server.script = [{"text": reply(rebinding, "drop the delay")}]
+    summary = run_loop(store, ws, model="tiny", hours=1, max_experiments=1, agent="llm", llm_model="kernel-llm-1",
+                       provider="openai", verify=False, timeout_s=120)
+    rows = check_invariants(store, ws, k, summary.run_id)
+    assert [(e.proposer, e.status) for e in rows] == [("baseline", "baseline"), ("llm", "crashed")]
+    assert "gpu-compile" in rows[1].error and "Loop-carried variable offs" in rows[1].error
