@@ -347,6 +347,33 @@ def test_correct_solution_passes_with_cpu_timing_labelled(kb_worker, problems):
     assert "_relu_kernel" in res.launched_kernels
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="with a GPU the kernels are compiled for real")
+def test_without_a_gpu_the_judge_can_compile_the_solution_for_sm90(kb_worker, problems):
+    """A ModelNew whose kernel only the interpreter runs (a loop rebinding a name to a block of
+    another shape): correct by the interpreter alone, a compile error with the sm_90 check (what the
+    loop asks for when an LLM writes the source), while the good solution passes that check."""
+    loop = """
+@triton.jit
+def _relu_loop(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, 2 * BLOCK)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=m), 0.0), mask=m)
+
+
+"""
+    bad = solution("y = torch.empty_like(x)\n_relu_loop[(1,)](x, y, x.numel(), BLOCK=1024)\nreturn y")
+    bad = bad.replace("\nclass ModelNew", loop + "class ModelNew", 1)
+    res = kb_worker.evaluate(problems[1], bad, timeout_s=120)
+    assert res.outcome == "correct", res.error
+    res = kb_worker.evaluate(problems[1], bad, timeout_s=120, gpu_compile=True)
+    assert res.outcome == "compile_error" and "gpu-compile" in res.error and "Loop-carried variable offs" in res.error
+    assert res.stages[-1].name == "gpu-compile" and res.latency_us is None
+    res = kb_worker.evaluate(problems[1], GOOD, timeout_s=120, gpu_compile=True)
+    assert res.outcome == "correct" and res.stages[-1].status == "pass", res.error
+
+
 @pytest.mark.parametrize("source, outcome, words", [
     (NOOP, "incorrect", "NaN"),
     (CACHED, "incorrect", "trial 2"),

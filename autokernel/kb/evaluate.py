@@ -28,8 +28,9 @@ class KBWorker(BenchWorker):
     log_prefix = "ak-kb-"
 
     def evaluate(self, problem: Problem, source: str, *, quick: bool = False, timeout_s: float = 600.0,
-                 timing: bool = True, seed: int = DEFAULT_SEED) -> BenchResult:
-        """Judge one ModelNew source against the problem. Never raises for a bad solution."""
+                 timing: bool = True, seed: int = DEFAULT_SEED, gpu_compile: bool = False) -> BenchResult:
+        """Judge one ModelNew source against the problem. Never raises for a bad solution.
+        `gpu_compile`: without a GPU, a correct solution's Triton kernels must also compile for sm_90."""
         from autokernel.kernelfile import parse_source
 
         t0 = time.monotonic()
@@ -39,16 +40,17 @@ class KBWorker(BenchWorker):
             return BenchResult(kernel_type="kb", backend="triton", outcome=COMPILE_ERROR, error=exc.one_line(),
                                duration_s=time.monotonic() - t0)
         payload = {"op": "kb", "problem_code": problem.code, "problem_name": problem.label(), "source": source,
-                   "quick": quick, "timeout_s": timeout_s, "timing": timing, "seed": seed}
+                   "quick": quick, "timeout_s": timeout_s, "timing": timing, "seed": seed,
+                   "gpu_compile": gpu_compile}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")
         res.duration_s = time.monotonic() - t0
         return res
 
-    def judge_for(self, problem: Problem):
+    def judge_for(self, problem: Problem, gpu_compile: bool = False):
         """A loop judge (the signature _Loop calls) bound to one problem."""
 
         def judge(source: str, quick: bool = False, timeout_s: float = 600.0, **_ignored) -> BenchResult:
-            return self.evaluate(problem, source, quick=quick, timeout_s=timeout_s)
+            return self.evaluate(problem, source, quick=quick, timeout_s=timeout_s, gpu_compile=gpu_compile)
 
         return judge
 

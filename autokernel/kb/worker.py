@@ -198,6 +198,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench import judge as bj
     from autokernel.bench.checks import (CheckFailure, check_inputs_unchanged, check_no_alias, check_structure,
                                          compare, poison_cuda_cache, poisoned_empty, snapshot)
+    from autokernel.bench.gpu_compile import GpuCompileError, compile_for_gpu, record_launches
     from autokernel.bench.launches import Launches, cheat_reason, record_gpu, record_triton, short_name
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
@@ -217,6 +218,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     old = signal.signal(signal.SIGALRM, bj._alarm)
     stage = "load"
     restart = False
+    recording = None
     deadline = time.monotonic() + timeout_s
     try:
         bj._arm(timeout_s)
@@ -241,6 +243,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         max_abs = max_rel = 0.0
         degenerate = None
         out_dtype = None
+        if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
+            recording = record_launches()
+        recorded = recording.__enter__() if recording is not None else []
         for trial in range(TRIALS):
             torch.manual_seed(seed + 1 + trial)
             inputs = _make_inputs(prob, device)
@@ -312,6 +317,16 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             previous_outputs.extend(outs)
             del out, outs, args, before, exact
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
+        if recording is not None:
+            recording.__exit__(None, None, None)
+            stage = "gpu-compile"
+            try:
+                n = compile_for_gpu(recorded, timeout=max(30.0, deadline - time.monotonic()))
+                res.stages.append(StageVerdict(stage, "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
+            except GpuCompileError as exc:
+                res.stages.append(StageVerdict(stage, "fail", str(exc)[:300]))
+                res.outcome, res.error = COMPILE_ERROR, f"{stage}: {exc}"
+                return {"result": res.to_dict(), "restart": False}
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
         res.dtype = str(out_dtype).replace("torch.", "")
@@ -351,6 +366,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             res.error = bj._tail(f"{stage}: " + "".join(traceback.format_exception(root)))
     finally:
         bj._disarm()
+        if recording is not None:
+            recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)
         if cuda:
             try:
