@@ -134,6 +134,20 @@ def compile_for_gpu(launches, arch=90, timeout=600):
     return verdict["compiled"]
 
 
+def compile_stage(launches, deadline: float):
+    """The judges' `gpu-compile` stage over the launches recorded while the candidate ran:
+    (its StageVerdict, the error for the result or None). `deadline` is time.monotonic()'s."""
+    import time
+
+    from autokernel.bench.result import StageVerdict
+
+    try:
+        n = compile_for_gpu(launches, timeout=max(30.0, deadline - time.monotonic()))
+    except GpuCompileError as exc:
+        return StageVerdict("gpu-compile", "fail", str(exc)[:300]), f"gpu-compile: {exc}"
+    return StageVerdict("gpu-compile", "pass", f"{n} launch(es) lowered to Triton IR for sm_90"), None
+
+
 def _compile_jobs(jobs, arch):
     import importlib.util
 

@@ -19,7 +19,7 @@ import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure, make_inputs
-from autokernel.bench.gpu_compile import GpuCompileError, compile_for_gpu, record_launches
+from autokernel.bench.gpu_compile import compile_stage, record_launches
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
@@ -215,12 +215,10 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         if recording is not None:
             recording.__exit__(None, None, None)
             stage = "gpu-compile"
-            try:
-                n = compile_for_gpu(recorded, timeout=max(30.0, deadline - time.monotonic()))
-                res.stages.append(StageVerdict(stage, "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
-            except GpuCompileError as exc:
-                res.stages.append(StageVerdict(stage, "fail", str(exc)[:300]))
-                res.outcome, res.error = COMPILE_ERROR, f"{stage}: {exc}"
+            verdict, error = compile_stage(recorded, deadline)
+            res.stages.append(verdict)
+            if error:
+                res.outcome, res.error = COMPILE_ERROR, error
                 return {"result": res.to_dict(), "restart": False}
         stage = "timing"
         res.outcome = CORRECT

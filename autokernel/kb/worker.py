@@ -198,7 +198,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench import judge as bj
     from autokernel.bench.checks import (CheckFailure, check_inputs_unchanged, check_no_alias, check_structure,
                                          compare, poison_cuda_cache, poisoned_empty, snapshot)
-    from autokernel.bench.gpu_compile import GpuCompileError, compile_for_gpu, record_launches
+    from autokernel.bench.gpu_compile import compile_stage, record_launches
     from autokernel.bench.launches import Launches, cheat_reason, record_gpu, record_triton, short_name
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
@@ -320,12 +320,10 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         if recording is not None:
             recording.__exit__(None, None, None)
             stage = "gpu-compile"
-            try:
-                n = compile_for_gpu(recorded, timeout=max(30.0, deadline - time.monotonic()))
-                res.stages.append(StageVerdict(stage, "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
-            except GpuCompileError as exc:
-                res.stages.append(StageVerdict(stage, "fail", str(exc)[:300]))
-                res.outcome, res.error = COMPILE_ERROR, f"{stage}: {exc}"
+            verdict, error = compile_stage(recorded, deadline)
+            res.stages.append(verdict)
+            if error:
+                res.outcome, res.error = COMPILE_ERROR, error
                 return {"result": res.to_dict(), "restart": False}
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
