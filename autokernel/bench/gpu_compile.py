@@ -134,18 +134,23 @@ def compile_for_gpu(launches, arch=90, timeout=600):
     return verdict["compiled"]
 
 
-def compile_stage(launches, deadline: float):
-    """The judges' `gpu-compile` stage over the launches recorded while the candidate ran:
-    (its StageVerdict, the error for the result or None). `deadline` is time.monotonic()'s."""
+def compile_stage(recording: "record_launches", res, deadline: float) -> bool:
+    """The judges' `gpu-compile` stage: stop `recording`, compile what it recorded, add the verdict
+    to the BenchResult `res` and, on a failure, make it a compile error. True when it passed.
+    `deadline` is time.monotonic()'s."""
     import time
 
-    from autokernel.bench.result import StageVerdict
+    from autokernel.bench.result import COMPILE_ERROR, StageVerdict
 
+    recording.__exit__(None, None, None)
     try:
-        n = compile_for_gpu(launches, timeout=max(30.0, deadline - time.monotonic()))
+        n = compile_for_gpu(recording.launches, timeout=max(30.0, deadline - time.monotonic()))
     except GpuCompileError as exc:
-        return StageVerdict("gpu-compile", "fail", str(exc)[:300]), f"gpu-compile: {exc}"
-    return StageVerdict("gpu-compile", "pass", f"{n} launch(es) lowered to Triton IR for sm_90"), None
+        res.stages.append(StageVerdict("gpu-compile", "fail", str(exc)[:300]))
+        res.outcome, res.error = COMPILE_ERROR, f"gpu-compile: {exc}"
+        return False
+    res.stages.append(StageVerdict("gpu-compile", "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
+    return True
 
 
 def _compile_jobs(jobs, arch):

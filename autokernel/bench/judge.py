@@ -185,7 +185,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         # stages make and, once they pass, lower them to Triton IR for sm_90 (gpu_compile.py)
         if req.get("gpu_compile") and not cuda and req["backend"] == "triton":
             recording = record_launches()
-        recorded = recording.__enter__() if recording is not None else []
+            recording.__enter__()
         for name, func in STAGE_FUNCS:
             stage = name
             _arm(_stage_limit(name, timeout_s, deadline))
@@ -213,12 +213,8 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                 res.outcome, res.error = INCORRECT, f"{name}: {verdict.detail}"
                 return {"result": res.to_dict(), "restart": False}
         if recording is not None:
-            recording.__exit__(None, None, None)
             stage = "gpu-compile"
-            verdict, error = compile_stage(recorded, deadline)
-            res.stages.append(verdict)
-            if error:
-                res.outcome, res.error = COMPILE_ERROR, error
+            if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
         stage = "timing"
         res.outcome = CORRECT

@@ -245,7 +245,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         out_dtype = None
         if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
             recording = record_launches()
-        recorded = recording.__enter__() if recording is not None else []
+            recording.__enter__()
         for trial in range(TRIALS):
             torch.manual_seed(seed + 1 + trial)
             inputs = _make_inputs(prob, device)
@@ -318,12 +318,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             del out, outs, args, before, exact
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
         if recording is not None:
-            recording.__exit__(None, None, None)
             stage = "gpu-compile"
-            verdict, error = compile_stage(recorded, deadline)
-            res.stages.append(verdict)
-            if error:
-                res.outcome, res.error = COMPILE_ERROR, error
+            if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
