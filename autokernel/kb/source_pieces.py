@@ -77,71 +77,7 @@ def _kb_ew_kernel(x_ptr, y_ptr, out_ptr, n, ncols, alpha, beta, inner, size, OP:
         y = tl.load(y_ptr + _kb_bidx(base, inner, size, BLOCK), mask=mask, other=1.0).to(tl.float32)
     else:
         y = alpha
-    if OP == 0:  # relu
-        r = tl.maximum(x, 0.0)
-    elif OP == 1:  # gelu (erf)
-        r = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif OP == 2:  # gelu (tanh)
-        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        r = 0.5 * x * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0))
-    elif OP == 3:  # sigmoid
-        r = 1.0 / (1.0 + tl.exp(-x))
-    elif OP == 4:  # tanh
-        r = 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
-    elif OP == 5:  # silu
-        r = x / (1.0 + tl.exp(-x))
-    elif OP == 6:
-        r = tl.exp(x)
-    elif OP == 7:
-        r = -x
-    elif OP == 8:
-        r = tl.abs(x)
-    elif OP == 9:
-        r = tl.rsqrt(x)
-    elif OP == 10:
-        r = x + y
-    elif OP == 11:
-        r = x - y
-    elif OP == 12:
-        r = x * y
-    elif OP == 13:
-        r = x / y
-    elif OP == 14:
-        r = y - x
-    elif OP == 15:
-        r = y / x
-    elif OP == 16:
-        r = tl.maximum(x, y)
-    elif OP == 17:
-        r = tl.minimum(x, y)
-    elif OP == 18:  # clamp(alpha, beta)
-        r = tl.minimum(tl.maximum(x, alpha), beta)
-    elif OP == 19:  # leaky_relu(alpha)
-        r = tl.where(x >= 0.0, x, x * alpha)
-    elif OP == 20:
-        r = x * x
-    elif OP == 21:
-        r = tl.sqrt(x)
-    elif OP == 22:
-        r = tl.log(x)
-    elif OP == 23:
-        r = _kb_mish(x)
-    elif OP == 24:  # softplus(beta=alpha, threshold=beta)
-        r = _kb_softplus(x, alpha, beta)
-    elif OP == 25:  # hardswish
-        r = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
-    elif OP == 26:  # elu(alpha)
-        r = tl.where(x > 0.0, x, alpha * (tl.exp(x) - 1.0))
-    elif OP == 28:
-        r = x * x * x
-    elif OP == 29:  # selu
-        r = 1.0507009873554805 * tl.where(x > 0.0, x, 1.6732632423543772 * (tl.exp(x) - 1.0))
-    elif OP == 30:  # hardsigmoid, as torch: relu6(x + 3) / 6
-        r = tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
-    elif OP == 31:  # xlogy: 0 where x is 0 (the KL divergence's 0 * log 0)
-        r = tl.where(x == 0.0, 0.0, x * tl.log(y))
-    else:  # smooth_l1(x - y, beta=alpha)
-        r = _kb_smooth_l1(x - y, alpha)
+    # @OPS@
     tl.store(out_ptr + offs, r.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -190,7 +126,6 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
                                                BLOCK=EW_BLOCK, num_warps=EW_WARPS)
     return out
 '''
-EW_SOURCE = EW_SOURCE.replace("# @BLOCK@\n", inspect.getsource(_kb_block))
 
 EW_SPACE = {"EW_BLOCK": [256, 512, 1024, 2048, 4096], "EW_WARPS": [1, 2, 4, 8]}
 
@@ -331,6 +266,22 @@ OP_EXPR = {
     30: "tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0",
     31: "tl.where({x} == 0.0, 0.0, {x} * tl.log({y}))",
 }
+
+
+def _op_chain() -> str:
+    """The generic kernel's `r = op(x, y)` for every OP, written from OP_EXPR so that the generic
+    kernel and the fused ones compute each op with the same expression (smooth_l1 last, as the else)."""
+    lines = []
+    for k, expr in OP_EXPR.items():
+        if k != SMOOTH_L1:
+            lines.append(f"    {'if' if not lines else 'elif'} OP == {k}:\n        r = "
+                         + expr.format(x="x", y="y", a="alpha", b="beta"))
+    otherwise = OP_EXPR[SMOOTH_L1].format(x="x", y="y", a="alpha")
+    lines.append(f"    else:  # smooth_l1(x - y, beta=alpha)\n        r = {otherwise}")
+    return "\n".join(lines) + "\n"
+
+
+EW_SOURCE = EW_SOURCE.replace("# @BLOCK@\n", inspect.getsource(_kb_block)).replace("    # @OPS@\n", _op_chain())
 
 
 # -- the source pieces ---------------------------------------------------------------------------
