@@ -7,6 +7,7 @@ mean or sum (a loss). solutions.py's emitter calls these.
 
 from __future__ import annotations
 
+from autokernel.kb.fx_nodes import node_shape
 from autokernel.kb.source_pieces import OP_EXPR, _kb_block
 
 
@@ -74,11 +75,6 @@ def fused_kernel(gid: int, g: dict, ew: dict) -> str:
             f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n    return out\n")
 
 
-def _shape(node):
-    tm = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
-    return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
-
-
 def fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
     """Groups of elementwise nodes computed in one kernel: a node joins its only user when that
     user is elementwise too and of the same shape and dtype. Each group's inputs are tensors of
@@ -93,7 +89,7 @@ def fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
     from torch import fx
 
     def same(a, b) -> bool:
-        return _shape(a) == _shape(b) and a.meta["tensor_meta"].dtype == b.meta["tensor_meta"].dtype
+        return node_shape(a) == node_shape(b) and a.meta["tensor_meta"].dtype == b.meta["tensor_meta"].dtype
 
     parent = {}
     for node in ew:
@@ -106,7 +102,7 @@ def fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
         members = [n for n in ew if _root_of(n, parent) is root]  # graph order = a valid order
         if len(members) < 2 and root not in singles:
             continue
-        shape = _shape(root)
+        shape = node_shape(root)
         if not shape:
             continue
         inputs, ok = [], True
@@ -117,7 +113,7 @@ def fusion_groups(ew: dict, singles: set = frozenset()) -> dict:
             for operand in (x, y, alpha):
                 if not isinstance(operand, fx.Node) or operand in members or any(operand is i for i, _ in inputs):
                     continue
-                s = _shape(operand)
+                s = node_shape(operand)
                 if operand is alpha:
                     mode = "scalar"
                 elif s == shape:

@@ -18,9 +18,15 @@ def is_float_tensor(a) -> bool:
     return tm is not None and hasattr(tm, "dtype") and tm.dtype.is_floating_point
 
 
-def node_ndim(a) -> int | None:
+def node_shape(a) -> tuple | None:
+    """The traced shape of a tensor node; None for anything else."""
     tm = getattr(a, "meta", {}).get("tensor_meta")
-    return len(tm.shape) if tm is not None and hasattr(tm, "shape") else None
+    return tuple(tm.shape) if tm is not None and hasattr(tm, "shape") else None
+
+
+def node_ndim(a) -> int | None:
+    shape = node_shape(a)
+    return None if shape is None else len(shape)
 
 
 def is_number(a) -> bool:
