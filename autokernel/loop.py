@@ -359,9 +359,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
     worker = None
     if judge is None:
-        # a proposer that rewrites source may write what only the interpreter runs; the search
-        # proposer only moves a starter's declared tunables, and the check costs seconds each
-        judge, worker = default_judge(store, emit, gpu_compile=agent != "search")
+        judge, worker = default_judge(store, emit, gpu_compile=proposer.writes_source)
     loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
                  budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit)
 

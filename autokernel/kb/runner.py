@@ -210,7 +210,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                 spent = time_spent(store, run.id)
                 share = spent + max(0.0, budget_s - spent) / (len(problems) - i + 1)
                 loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
-                               judge=worker.judge_for(p, gpu_compile=agent != "search"), budget_s=share,
+                               judge=worker.judge_for(p, gpu_compile=proposer.writes_source), budget_s=share,
                                max_experiments=None,
                                timeout_s=timeout_s, on_event=emit, problem=p, per_problem=experiments_per_problem)
                 loop.reconcile()

@@ -44,6 +44,10 @@ class KernelContext:
 
 class Proposer(Protocol):
     name: str
+    # whether its proposals are new source (not only new values of the file's declared tunables):
+    # without a GPU the judge then also compiles them for sm_90 (the interpreter runs code the
+    # compiler rejects)
+    writes_source: bool
 
     def propose(self, source: str, spec: Any, history: Sequence[Any], last_result: Any = None, *,
                 kernel: Optional[KernelContext] = None) -> Proposal: ...

@@ -96,6 +96,7 @@ def build_prompt(source: str, spec: Any, history: Sequence[Any], last_result: An
 
 class LLMProposer:
     name = "llm"
+    writes_source = True
 
     def __init__(self, *, store=None, run_id: int | None = None, provider: str | None = None,
                  model: str | None = None, client=None, recent: int = 8):

@@ -115,6 +115,7 @@ def tried_configs(history: Sequence[Any]) -> set[str]:
 
 class SearchProposer:
     name = "search"
+    writes_source = False
 
     def __init__(self, seed: int = 0, spread: int = 8, max_random: int = 64):
         self.seed = seed
