@@ -317,13 +317,13 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             previous_outputs.extend(outs)
             del out, outs, args, before, exact
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
+        res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
+                         dtype=str(out_dtype).replace("torch.", ""))
+        res.dtype = str(out_dtype).replace("torch.", "")
         if recording is not None:
             stage = "gpu-compile"
             if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
-        res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
-                         dtype=str(out_dtype).replace("torch.", ""))
-        res.dtype = str(out_dtype).replace("torch.", "")
         res.outcome = CORRECT
         bj._disarm()
         if req.get("timing", True):
