@@ -100,7 +100,7 @@ def _rows_cols(x: torch.Tensor) -> dict[str, int]:
     return {"rows": x.numel() // max(cols, 1), "cols": cols}
 
 
-def _is_swiglu_mlp(m: nn.Module) -> bool:
+def is_swiglu_mlp(m: nn.Module) -> bool:
     return all(isinstance(getattr(m, n, None), nn.Linear) for n in ("gate_proj", "up_proj", "down_proj"))
 
 
@@ -111,7 +111,7 @@ def module_kernel_type(m: nn.Module) -> str | None:
         return "rmsnorm"
     if isinstance(m, nn.LayerNorm):
         return "layernorm"
-    if _is_swiglu_mlp(m):
+    if is_swiglu_mlp(m):
         return "fused_mlp"
     if isinstance(m, nn.Softmax):
         return "softmax"

@@ -77,12 +77,17 @@ def _s(n: int, v: int) -> Shape:
     return {"rows": n, "vocab": v}
 
 
+def shape_of(logits: torch.Tensor, *rest) -> Shape:
+    return {"rows": logits.shape[0], "vocab": logits.shape[1]}
+
+
 SPEC = KernelSpec(
     name="cross_entropy",
     description="mean cross-entropy loss over non-ignored rows, fp32 math (F.cross_entropy(logits.float(), t))",
     shape_keys=("rows", "vocab"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     # LLaMA-7B's lm_head output at 2048 and 4096 tokens (vocab 32000).

@@ -131,12 +131,18 @@ def _s(b: int, h: int, hkv: int, s: int, d: int, causal: int) -> Shape:
     return {"batch": b, "heads": h, "kv_heads": hkv, "seq": s, "head_dim": d, "causal": causal}
 
 
+def shape_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, *rest) -> Shape:
+    return {"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "seq": q.shape[2],
+            "head_dim": q.shape[3], "causal": int(bool(causal))}
+
+
 SPEC = KernelSpec(
     name="flash_attention",
     description="SDPA forward: softmax(q k^T * scale, causal or not) v, GQA, fp32 softmax",
     shape_keys=("batch", "heads", "kv_heads", "seq", "head_dim", "causal"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     default_shapes=[

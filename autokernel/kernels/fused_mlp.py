@@ -83,12 +83,17 @@ def _s(t: int, d: int, f: int) -> Shape:
     return {"tokens": t, "hidden": d, "ffn": f}
 
 
+def shape_of(x: torch.Tensor, w_gate: torch.Tensor, *rest) -> Shape:
+    return {"tokens": x.shape[0], "hidden": x.shape[1], "ffn": w_gate.shape[0]}
+
+
 SPEC = KernelSpec(
     name="fused_mlp",
     description="LLaMA SwiGLU MLP: down(silu(gate(x)) * up(x))",
     shape_keys=("tokens", "hidden", "ffn"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     default_shapes=[_s(2048, 4096, 11008), _s(4096, 4096, 11008)],

@@ -78,12 +78,17 @@ def _s(m: int, n: int, k: int) -> Shape:
     return {"M": m, "N": n, "K": k}
 
 
+def shape_of(a: torch.Tensor, b: torch.Tensor) -> Shape:
+    return {"M": a.shape[0], "N": b.shape[1], "K": a.shape[1]}
+
+
 SPEC = KernelSpec(
     name="matmul",
     description="C = A @ B (nn.Linear's x @ W.t()), fp32 accumulation",
     shape_keys=("M", "N", "K"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     # LLaMA-7B at 2048 tokens: q/k/v/o, gate/up, down, lm_head; and the usual 4096^3 yardstick.

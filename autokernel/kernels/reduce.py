@@ -64,12 +64,17 @@ def _s(rows: int, cols: int) -> Shape:
     return {"rows": rows, "cols": cols}
 
 
+def shape_of(x: torch.Tensor, *rest) -> Shape:
+    return {"rows": x.shape[0], "cols": x.shape[1]}
+
+
 SPEC = KernelSpec(
     name="reduce",
     description="sum over the last dim, fp32 accumulation, result in x's dtype",
     shape_keys=("rows", "cols"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     # A logits-sized row sum (8192 x 32768) and a hidden-sized one (4096 x 4096).

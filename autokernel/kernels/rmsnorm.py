@@ -54,12 +54,17 @@ def _s(rows: int, cols: int) -> Shape:
     return {"rows": rows, "cols": cols}
 
 
+def shape_of(x: torch.Tensor, *rest) -> Shape:
+    return {"rows": x.shape[0], "cols": x.shape[1]}
+
+
 SPEC = KernelSpec(
     name="rmsnorm",
     description="LLaMA RMSNorm as transformers computes it (fp32 variance, cast, then * weight)",
     shape_keys=("rows", "cols"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     # Hidden 4096 at 2048 and 8192 tokens.

@@ -76,12 +76,17 @@ def _s(b: int, h: int, s: int, d: int) -> Shape:
     return {"batch": b, "heads": h, "seq": s, "head_dim": d}
 
 
+def shape_of(x: torch.Tensor, *rest) -> Shape:
+    return {"batch": x.shape[0], "heads": x.shape[1], "seq": x.shape[2], "head_dim": x.shape[3]}
+
+
 SPEC = KernelSpec(
     name="rotary_embedding",
     description="LLaMA rotary embedding, half-rotation form: x*cos + rotate_half(x)*sin",
     shape_keys=("batch", "heads", "seq", "head_dim"),
     make_inputs=make_inputs,
     reference=reference,
+    shape_of=shape_of,
     flops=flops,
     bytes=bytes_moved,
     # LLaMA-7B's q (32 heads of 128) at 1x2048 and 4x4096 tokens.

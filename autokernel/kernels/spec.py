@@ -70,6 +70,7 @@ class KernelSpec:
     default_shapes: list[Shape]  # includes LLaMA-7B's shapes; the benchmark and GPU tests use these
     small_shapes: list[Shape]  # quick, interpreter-friendly shapes used on the CPU and in smoke tests
     edge_shapes: list[Shape]  # non powers of two, size 1 dims
+    shape_of: Callable[..., Shape] = None  # type: ignore[assignment]  # set by every type
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     adversarial: tuple[str, ...] = ("large", "tiny", "equal")  # scales make_inputs understands
@@ -87,6 +88,11 @@ class KernelSpec:
     def tolerance(self, dtype: torch.dtype | str, scale: str = "normal") -> tuple[float, float]:
         name = dtype_name(dtype)
         return self.scale_tolerances.get(scale, {}).get(name, self.tolerances[name])
+
+    def call_key(self, args: tuple) -> tuple[str, str]:
+        """(shape label, dtype name) of a call: the key of per-shape dispatch decisions."""
+        t = next(a for a in args if isinstance(a, torch.Tensor))
+        return self.shape_label(self.shape_of(*args)), dtype_name(t.dtype)
 
     def shape_label(self, shape: Shape) -> str:
         return "x".join(f"{shape[k]}" for k in self.shape_keys)

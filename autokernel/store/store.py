@@ -17,7 +17,7 @@ from sqlmodel import Session, create_engine, select
 
 from autokernel.errors import NotFoundError, StoreError
 from autokernel.store.migrate import check_not_newer, migrate
-from autokernel.store.tables import Device, Experiment, Kernel, LLMCall, Profile, Run, utcnow
+from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, LLMCall, Profile, Run, utcnow
 
 BUSY_TIMEOUT_S = 60.0
 # statuses that end an experiment; "running" rows left by a killed process are abandoned on resume
@@ -288,6 +288,38 @@ class Store:
     def get_device(self, key: str) -> Optional[Device]:
         with self.session() as s:
             return s.exec(select(Device).where(Device.key == key)).first()
+
+    # -- dispatch decisions ---------------------------------------------------------------------
+
+    def record_dispatch(self, rows: list[dict]) -> int:
+        """Insert or replace decisions (one per kernel type, source, mode, shape, dtype, evidence);
+        the newest measurement of a key wins. Returns how many were written."""
+        key = ("kernel_type", "source_hash", "mode", "shape", "dtype", "evidence")
+        with self.session() as s:
+            for row in rows:
+                q = select(Dispatch)
+                for k in key:
+                    q = q.where(getattr(Dispatch, k) == row.get(k, "model" if k == "evidence" else None))
+                old = s.exec(q).first()
+                obj = old if old is not None else Dispatch()
+                for k, v in row.items():
+                    setattr(obj, k, v)
+                obj.created_at = utcnow()
+                s.add(obj)
+            s.commit()
+        return len(rows)
+
+    def list_dispatch(self, kernel_type: str | None = None, source_hash: str | None = None,
+                      run_id: int | None = None) -> list[Dispatch]:
+        with self.session() as s:
+            q = select(Dispatch)
+            if kernel_type is not None:
+                q = q.where(Dispatch.kernel_type == kernel_type)
+            if source_hash is not None:
+                q = q.where(Dispatch.source_hash == source_hash)
+            if run_id is not None:
+                q = q.where(Dispatch.run_id == run_id)
+            return list(s.exec(q.order_by(Dispatch.id)))
 
     # -- llm calls ------------------------------------------------------------------------------
 

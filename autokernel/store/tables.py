@@ -103,6 +103,33 @@ class Experiment(SQLModel, table=True):
     error: Optional[str] = None  # tail of the error for crashed/timeout/incorrect
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: Optional[datetime] = None
+    # host wall time per call when calls are issued back to back (what a model in eager mode sees)
+    wall_us: Optional[float] = None
+    details_json: Optional[str] = None  # per-shape timings: [{shape, dtype, latency_us, eager_us, ...}]
+
+
+class Dispatch(SQLModel, table=True):
+    """Whether to use a kernel (one type, one source) at one shape and mode, and the evidence."""
+
+    __tablename__ = "dispatch"
+    __table_args__ = (UniqueConstraint("kernel_type", "source_hash", "mode", "shape", "dtype", "evidence",
+                                       name="uq_dispatch_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    kernel_type: str = Field(index=True)
+    source_hash: str = Field(index=True)
+    mode: str  # eager | compile
+    shape: str  # the spec's shape label
+    dtype: str
+    use: bool
+    kernel_ms: Optional[float] = None
+    fallback_ms: Optional[float] = None
+    evidence: str = "model"  # model (verify at a workload) | bench (per-shape op timing)
+    model: Optional[str] = None
+    workload: Optional[str] = None
+    device: Optional[str] = None
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id")
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class Device(SQLModel, table=True):
