@@ -29,6 +29,7 @@ import threading
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -156,15 +157,17 @@ def _traceable(body: Callable, kernel_type: str) -> str | None:
     return None
 
 
-def register(kernel: KernelFile | str, *, module: Any = None, prefer: str | None = None) -> KernelOp:
+def register(kernel: KernelFile | str, *, module: Any = None, prefer: str | None = None,
+             cache_dir: Path | None = None) -> KernelOp:
     """The custom op of one kernel file (a KernelFile, or its source text), registered once per
-    process; `module`: the file already imported. `prefer` ("custom_op") forces the opaque form."""
+    process; `module`: the file already imported; `cache_dir`: where a file without a path of its
+    own is written to be imported. `prefer` ("custom_op") forces the opaque form."""
     kf = parse_source(kernel) if isinstance(kernel, str) else kernel
     name = op_name(kf.kernel_type, kf.source_hash)
     qualname = f"{NAMESPACE}::{name}"
     if qualname in _registry:
         return _registry[qualname]
-    mod = module if module is not None else import_kernel(kf)
+    mod = module if module is not None else import_kernel(kf, cache_dir)
     entry = entry_point(mod)
     sig = op_signature(kf.kernel_type)
     kind, note = "custom_op", ""
@@ -191,9 +194,11 @@ def register(kernel: KernelFile | str, *, module: Any = None, prefer: str | None
     return kop
 
 
-def register_source(source: str) -> KernelOp:
+def register_source(source: str, path: Path | None = None, cache_dir: Path | None = None) -> KernelOp:
+    """register() for source text (with its file's path when it has one); a kernel that torch.library
+    refuses is a KernelFileError."""
     try:
-        return register(parse_source(source))
+        return register(parse_source(source, path), cache_dir=cache_dir)
     except KernelFileError:
         raise
     except Exception as exc:  # torch.library rejects a schema or a name: the file's fault, say so

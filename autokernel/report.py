@@ -211,6 +211,43 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _ms(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def workloads_md(verify: dict[str, Any]) -> str:
+    """The model at its workloads (a verify result's `workloads`): per workload and mode the time
+    without and with AutoKernel, the kernels it used there, graph breaks / recompiles, and the
+    headline, best with over best without."""
+    loads = verify.get("workloads") or []
+    if not loads:
+        return ""
+    lines = [f"## {verify.get('model', 'the model')} where users run it ({verify.get('device', '')}, "
+             f"{verify.get('dtype', '')})", "",
+             "| workload | mode | without (ms) | with AutoKernel (ms) | speed-up | kernels used | wall without / with "
+             "(ms) | graph breaks / recompiles | note |",
+             "|---|---|---:|---:|---:|---|---:|---:|---|"]
+    for w in loads:
+        if not w.get("rows"):
+            lines.append(f"| {w['workload']} | – | – | – | – | – | – | – | {_md_cell(w.get('error') or '')} |")
+            continue
+        for r in w["rows"]:
+            wo, wi = r.get("without"), r.get("with_")
+            x = wo["ms"] / wi["ms"] if wo and wi else None
+            walls = f"{_ms(wo and wo.get('wall_ms'))} / {_ms(wi and wi.get('wall_ms'))}"
+            gb = "–" if r.get("graph_breaks") is None else f"{r['graph_breaks']} / {r['recompiles']}"
+            lines.append(f"| {w['workload']} | {r['mode']} | {_ms(wo and wo['ms'])} | {_ms(wi and wi['ms'])} "
+                         f"| {_x(x, 'x') if x is None else f'{x:.3f}x'} | {', '.join(r.get('kernels') or []) or '–'} "
+                         f"| {walls} | {gb} | {_md_cell(r.get('note') or '')} |")
+    lines += ["", "| workload | best without | best with AutoKernel | speed-up |", "|---|---|---|---:|"]
+    for w in loads:
+        bw, bk = w.get("best_without"), w.get("best_with")
+        if bw and bk:
+            lines.append(f"| {w['workload']} | {bw[1]:.3f} ms ({bw[0]}) | {bk[1]:.3f} ms ({bk[0]}) "
+                         f"| **{bw[1] / bk[1]:.3f}x** |")
+    return "\n".join(lines) + "\n"
+
+
 # -- the progress plot ------------------------------------------------------------------------
 
 
@@ -266,6 +303,20 @@ def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKer
     finally:
         plt.close(fig)
     return path
+
+
+def latest_workloads_md(store, run_id: Optional[int] = None) -> str:
+    """workloads_md of the newest verify run (of the given run's model); "" when there is none."""
+    model = store.get_run(run_id).model if run_id is not None else None
+    runs = [r for r in store.list_runs() if r.kind == "verify" and r.notes and (model is None or r.model == model)]
+    for r in sorted(runs, key=lambda r: r.id, reverse=True):
+        try:
+            data = json.loads(r.notes)
+        except ValueError:
+            continue
+        if data.get("workloads"):
+            return workloads_md(data)
+    return ""
 
 
 def missing_run(run_id: int) -> NotFoundError:

@@ -1,12 +1,14 @@
-"""Prove the optimized model still computes the same thing, and measure what it gained.
+"""Prove the optimized model still computes the same thing, and measure what it gained where users run it.
 
 For the run's model (options from its profile): take the best kept kernel of every optimized type
-(Store.best_experiment -> its commit in the workspace; else the branch head; else the starter),
-plug each one alone into the model and compare against the reference on fresh inputs; a kernel that
-raises or mismatches is reported by name and left out. On the GPU a kernel whose measured speed-up
-over eager is not above 1 is checked but left out of the optimized model too: plugging a slower
-kernel in would only make the model slower. The survivors are then plugged together, compared
-again, and the whole forward pass is timed against eager and torch.compile.
+(autokernel.apply_model.best_kernels), register each as a custom op (autokernel.ops), plug each one alone
+into the model and compare against the reference on fresh inputs; a kernel that raises or mismatches
+is reported by name and left out. On the GPU a kernel whose measured speed-up over eager is not above
+1 is checked but left out of the optimized model too. The survivors are then plugged together and
+compared again. Then the model is timed at its workloads (prefill and decode for causal LMs,
+autokernel.workloads) in eager, torch.compile and reduce-overhead modes, with and without the kernels
+(autokernel.workload_timing); which kernels go in is decided per workload, mode and shape, and the
+decisions are recorded in the store, where `autokernel.apply` reads them.
 
 The reference and tolerance: an fp32 model is compared with its own eager output (relative L2
 1e-4). A half-precision model is compared with an fp32 copy of itself, and the tolerance is
@@ -32,15 +34,15 @@ from typing import Any, Callable
 
 import torch
 
-from autokernel.amdahl import kernel_speedup, model_speedup
-from autokernel.errors import NotFoundError
+from autokernel.amdahl import model_speedup
+from autokernel.apply_model import best_kernels
 from autokernel.extract import resolve_profile
-from autokernel.kernelfile import entry_point, import_kernel, parse_source
-from autokernel.kernels import KERNEL_TYPES, starter_path
 from autokernel.models import ModelBundle, load_model, output_tensor
+from autokernel.ops import KernelOp, register_source
 from autokernel.plug import plugged
-from autokernel.profile import time_forward
 from autokernel.store import Store
+from autokernel.workload_timing import MODES, WorkloadTimer
+from autokernel.workloads import Workload, default_workloads
 
 # Relative L2 error allowed against the fp32 reference: the fixed one for fp32 models, and for half
 # precision the floor under the derived one (about one rounding: 2^-11, 2^-8).
@@ -68,6 +70,8 @@ class KernelVerdict:
     calls: int = 0
     fallbacks: int = 0
     error: str | None = None
+    op: str | None = None  # its custom op, e.g. autokernel::rmsnorm_1a2b3c4d5e
+    op_kind: str | None = None  # triton_op | custom_op
 
 
 @dataclass
@@ -91,6 +95,7 @@ class VerifyResult:
     amdahl_prediction: float | None = None
     run_id: int | None = None
     notes: list[str] = field(default_factory=list)
+    workloads: list[dict] = field(default_factory=list)  # WorkloadResult.to_dict() per workload
 
     @property
     def failed(self) -> list[KernelVerdict]:
@@ -118,41 +123,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     diff = (out.double() - ref.double())
     rel = (diff.norm() / ref.double().norm().clamp_min(1e-30)).item()
     return rel, diff.abs().max().item()
-
-
-def _load_fn(source: str) -> Callable:
-    return entry_point(import_kernel(parse_source(source)))
-
-
-def _candidates(store: Store, workspace: Any, model: str,
-                names: list[str] | None) -> list[tuple[Any, str, str, float | None, float]]:
-    """(kernel row, source, where it came from, speed-up over eager or None, speed-up for the Amdahl
-    prediction) of the best kernel per type."""
-    rows = store.list_kernels(model=model)
-    if names:
-        missing = set(names) - {k.name for k in rows}
-        if missing:
-            raise NotFoundError(f"kernel(s) {', '.join(sorted(missing))} not found for {model}")
-        rows = [k for k in rows if k.name in names]
-    best_per_type: dict[str, tuple] = {}
-    for k in rows:
-        if k.kernel_type not in KERNEL_TYPES:
-            continue
-        best = store.best_experiment(k.id)
-        if best is not None and best.commit and workspace is not None:
-            source, origin = workspace.read(k.name, best.commit), f"experiment {best.number} ({best.commit[:10]})"
-        elif workspace is not None and workspace.has_kernel(k.name):
-            source, origin = workspace.read(k.name), "branch head"
-        else:
-            source, origin = starter_path(k.kernel_type, k.backend).read_text(), "starter"
-        speedup = float(best.speedup_vs_eager) if best is not None and best.speedup_vs_eager else None
-        starts = [e for e in store.list_experiments(kernel_id=k.id, status="baseline") if e.latency_us]
-        gain = kernel_speedup(speedup, starts[-1].latency_us if starts else None,
-                              best.latency_us if best is not None else None)
-        current = best_per_type.get(k.kernel_type)
-        if current is None or (speedup or 0.0) > (current[3] or 0.0):
-            best_per_type[k.kernel_type] = (k, source, origin, speedup, gain)
-    return list(best_per_type.values())
 
 
 def _run_model(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable]) -> tuple[torch.Tensor, Any]:
@@ -191,31 +161,72 @@ def _float32_reference(bundle: ModelBundle, inputs: Any) -> torch.Tensor:
             torch.cuda.empty_cache()
 
 
-def _time_all(bundle: ModelBundle, inputs: Any, kernels: dict[str, Callable], iters: int,
-              with_compile: bool, notes: list[str]) -> tuple[float, float, float | None]:
-    eager = time_forward(bundle, iters=iters, inputs=inputs)
-    with plugged(bundle.model, kernels):
-        fast = time_forward(bundle, iters=iters, inputs=inputs)
-    compiled_ms = None
-    if with_compile:
+def _time_workloads(bundle: ModelBundle, ops: dict[str, KernelOp], result: "VerifyResult",
+                    workloads: list[Workload] | None, modes: tuple[str, ...] | None, iters: int,
+                    compile_backend: str, progress: Callable[[str], None] | None) -> None:
+    on_gpu = bundle.device.type == "cuda"
+    if workloads is None:
+        # on a CPU one workload (the profile's) proves the path; its times say nothing of a GPU
+        workloads = default_workloads(bundle) if on_gpu else default_workloads(bundle)[:1]
+    timer = WorkloadTimer(bundle, ops, iters=iters, rounds=3 if on_gpu else 1,
+                          modes=modes or (MODES if on_gpu else ("eager",)), compile_backend=compile_backend,
+                          tolerance=result.tolerance, progress=progress)
+    for w in workloads:
         try:
-            compiled = torch.compile(bundle.model)
-            compiled_ms = time_forward(bundle, iters=iters, warmup=3, inputs=inputs, model=compiled)
-        except Exception as exc:  # torch.compile failing is a fact to report, not a verify failure
-            notes.append(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
-    return eager, fast, compiled_ms
+            result.workloads.append(timer.run(w).to_dict())
+        except Exception as exc:  # one workload failing (out of memory, say) is reported, the rest run
+            result.workloads.append({"workload": w.label, "spec": w.spec, "rows": [], "error":
+                                     f"{type(exc).__name__}: {str(exc)[:300]}"})
+    first = next((w for w in result.workloads if w.get("rows")), None)
+    rows = {r["mode"]: r for r in (first or {}).get("rows", [])}
+    eager, comp = rows.get("eager"), rows.get("compile")
+    if eager is not None:
+        result.eager_ms = eager["without"]["ms"]
+        # the model with every plugged kernel in, as measured, whether or not the workload kept them
+        result.plugged_ms = eager["with_"]["ms"] if eager["kernels"] else (eager["rejected_ms"] or eager["with_"]["ms"])
+        result.speedup_vs_eager = result.eager_ms / result.plugged_ms
+    if comp is not None:
+        result.compile_ms = comp["without"]["ms"]
+        if result.plugged_ms:
+            result.speedup_vs_compile = result.compile_ms / result.plugged_ms
+
+
+def reference_output(bundle: ModelBundle, inputs: Any) -> tuple[torch.Tensor, float, str, float | None, str | None]:
+    """(reference output, tolerance, what the reference is, eager's distance from it, why there is no
+    fp32 copy) for the model's outputs on `inputs`; see the module doc."""
+    with torch.inference_mode():
+        ref = output_tensor(bundle.forward(inputs)).float().clone()
+    tol, reference, eager_error, no_copy = REL_TOLERANCE[bundle.dtype_name], "eager", None, None
+    if bundle.dtype != torch.float32:
+        no_copy = _fp32_copy_blocker(bundle)
+        if no_copy is None:
+            try:
+                ref32 = _float32_reference(bundle, inputs)
+            except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+                no_copy = f"the fp32 copy ran out of memory ({type(exc).__name__})"
+            else:
+                eager_error, ref, reference = compare(ref, ref32)[0], ref32, "float32 copy"
+                if math.isfinite(eager_error):
+                    tol = max(tol, NOISE_FACTOR * eager_error)
+        if no_copy is not None:
+            tol = EAGER_FALLBACK_TOLERANCE[bundle.dtype_name]
+    return ref, tol, reference, eager_error, no_copy
 
 
 def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: str | None = None,
            batch: int | None = None, seq: int | None = None, dtype: str | None = None, device: str | None = None,
            kernels: list[str] | None = None, time_iters: int | None = None,
            with_compile: bool | None = None, record: bool = True,
-           bundle: ModelBundle | None = None, min_speedup: float | None = None) -> VerifyResult:
-    """Plug the best kernels into the model, check outputs, time the forward pass; see module doc.
+           bundle: ModelBundle | None = None, min_speedup: float | None = None,
+           workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
+           compile_backend: str = "inductor", progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Plug the best kernels into the model, check outputs, time it at its workloads; see module doc.
 
     min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the
     optimized model; default 1.0 on the GPU, none on the CPU (CPU times say nothing of GPU speed,
-    so there every correct kernel goes in, to prove correctness)."""
+    so there every correct kernel goes in, to prove correctness). workloads / modes: what to time
+    (default: every workload of the model and every mode on a GPU; the profile's workload in eager
+    mode on a CPU; with_compile=True adds torch.compile there)."""
     if run_id is not None:
         run = store.get_run(run_id)
         model = model or run.model
@@ -237,34 +248,21 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         min_speedup = 1.0
 
     inputs = bundle.make_inputs(FRESH_SEED)
-    with torch.inference_mode():
-        ref = output_tensor(bundle.forward(inputs)).float().clone()
-    tol, reference, eager_error, no_copy = REL_TOLERANCE[bundle.dtype_name], "eager", None, None
-    if bundle.dtype != torch.float32:
-        no_copy = _fp32_copy_blocker(bundle)
-        if no_copy is None:
-            try:
-                ref32 = _float32_reference(bundle, inputs)
-            except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
-                no_copy = f"the fp32 copy ran out of memory ({type(exc).__name__})"
-            else:
-                eager_error, ref, reference = compare(ref, ref32)[0], ref32, "float32 copy"
-                if math.isfinite(eager_error):
-                    tol = max(tol, NOISE_FACTOR * eager_error)
-        if no_copy is not None:
-            tol = EAGER_FALLBACK_TOLERANCE[bundle.dtype_name]
+    ref, tol, reference, eager_error, no_copy = reference_output(bundle, inputs)
 
     verdicts: list[KernelVerdict] = []
-    good: dict[str, Callable] = {}
-    for row, source, origin, speedup, gain in _candidates(store, workspace, model, kernels):
-        v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin,
+    good: dict[str, KernelOp] = {}
+    for kept in best_kernels(store, workspace, model, kernels):
+        speedup = kept.speedup
+        v = KernelVerdict(name=kept.name, kernel_type=kept.kernel_type, source=kept.origin,
                           speedup=speedup if speedup is not None else 1.0, measured=speedup is not None,
-                          share=float(row.share or 0.0), gain=gain)
+                          share=kept.share, gain=kept.gain)
         verdicts.append(v)
         try:
-            fn = _load_fn(source)
-            out, rep = _run_model(bundle, inputs, {row.kernel_type: fn})
-            v.calls, v.fallbacks = rep.calls[row.kernel_type], rep.fallbacks[row.kernel_type]
+            fn = register_source(kept.source)
+            v.op, v.op_kind = fn.name, fn.kind
+            out, rep = _run_model(bundle, inputs, {kept.kernel_type: fn})
+            v.calls, v.fallbacks = rep.calls[kept.kernel_type], rep.fallbacks[kept.kernel_type]
             v.rel_error, v.max_abs_error = compare(out, ref)
             v.ok = v.rel_error <= tol
             if not v.ok:
@@ -279,7 +277,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
             v.slower = True
             v.error = f"correct, but not faster than eager ({v.speedup:.2f}x): left out of the optimized model"
         if v.ok and not v.slower:
-            good[row.kernel_type] = fn
+            good[kept.kernel_type] = fn
 
     result = VerifyResult(model=model, options=bundle.options(), device=_device_label(bundle),
                           dtype=bundle.dtype_name, kernels=verdicts, ok=True, rel_error=0.0, max_abs_error=0.0,
@@ -306,13 +304,11 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         result.notes.append("no kernel could be plugged in; the model ran as eager PyTorch")
 
     iters = time_iters if time_iters is not None else (20 if on_gpu else 2)
-    if iters > 0:
-        use_compile = on_gpu if with_compile is None else with_compile
-        result.eager_ms, result.plugged_ms, result.compile_ms = _time_all(bundle, inputs, good, iters,
-                                                                          use_compile, result.notes)
-        result.speedup_vs_eager = result.eager_ms / result.plugged_ms if result.plugged_ms else None
-        if result.compile_ms:
-            result.speedup_vs_compile = result.compile_ms / result.plugged_ms
+    if iters > 0 and result.ok:
+        if modes is None and with_compile is not None:
+            modes = MODES if with_compile else ("eager",)
+            modes = modes if on_gpu else tuple(m for m in modes if m != "reduce-overhead")
+        _time_workloads(bundle, good, result, workloads, modes, iters, compile_backend, progress)
         if not on_gpu:
             result.notes.append("timed on the CPU (Triton interpreter when no GPU): the times say nothing "
                                 "about GPU speed")
@@ -322,6 +318,11 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         run = store.create_run("verify", model=model, config=bundle.options(), device=result.device)
         result.run_id = run.id
         store.update_run(run.id, notes=json.dumps(result.to_dict()))
+        # keyed by device: apply() only reads the decisions measured on the device it runs on
+        store.record_dispatch([dict(d, source_hash=good[d["kernel_type"]].source_hash, model=model,
+                                    device=result.device, run_id=run.id)
+                               for w in result.workloads for d in w.get("decisions", [])
+                               if d["kernel_type"] in good])
         store.finish_run(run.id, "finished" if result.ok else "failed")
     return result
 

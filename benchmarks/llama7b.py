@@ -108,6 +108,7 @@ def main() -> int:
     from autokernel.profile import profile_model
     from autokernel.store import Store
     from autokernel.verify import verify
+    from autokernel.workloads import Workload
     from autokernel.workspace import Workspace
 
     paths = resolve_home(home).ensure()
@@ -126,8 +127,9 @@ def main() -> int:
             ws = Workspace.open(paths)
             skipped: list[str] = []
             kernels = extract(store, ws, top=len(KERNEL_TYPES), on_skip=lambda n, why: skipped.append(f"{n}: {why}"))
+            # the profiled workload only; benchmarks/workloads.py times every workload and mode
             v = verify(store, ws, model=prof.model, bundle=bundle, time_iters=args.time_iters,
-                       with_compile=not args.no_compile)
+                       with_compile=not args.no_compile, workloads=[Workload("prefill", args.batch, args.seq)])
         vd = v.to_dict()
         vd["notes"] = vd.get("notes", []) + [f"not extracted: {s}" for s in skipped]
         out["verify"] = vd

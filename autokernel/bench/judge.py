@@ -280,7 +280,7 @@ def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str,
     candidate_clock()
     dtype = to_dtype(dt)
     per_shape = []
-    lat = eager = comp = 0.0
+    lat = eager = comp = wall_total = 0.0
     have_eager = have_comp = bool(req.get("baselines", True))
     flops = nbytes = 0.0
     vram = 0.0
@@ -300,8 +300,13 @@ def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str,
                 t = timing.time_call(fn, args, device, min_reps=200)
                 res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
         vram = max(vram, timing.peak_vram_mb(fn, args))
-        per_shape.append({"shape": shape, "weight": w, "latency_us": t["median_us"], "iqr_us": t["iqr_us"],
-                          "reps": t["reps"], "eager_us": e, "compile_us": c})
+        wall = timing.wall_call(fn, args)
+        ew = bench_work(timing.eager_wall, spec, shape, dtype, args) if req.get("baselines", True) else None
+        candidate_clock()
+        per_shape.append({"shape": shape, "dtype": dt, "weight": w, "latency_us": t["median_us"],
+                          "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall, "eager_us": e,
+                          "eager_wall_us": ew, "compile_us": c})
+        wall_total += w * wall
         lat += w * t["median_us"]
         res.latency_iqr_us = (res.latency_iqr_us or 0.0) + w * t["iqr_us"]
         flops += w * spec.flops(shape, dtype)
@@ -317,6 +322,7 @@ def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str,
         del args
     res.gpu_timing = True
     res.latency_us = lat
+    res.wall_us = wall_total
     res.eager_us = eager if have_eager else None
     res.compile_us = comp if have_comp else None
     res.speedup_vs_eager = eager / lat if have_eager and lat > 0 else None

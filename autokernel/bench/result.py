@@ -3,6 +3,7 @@ and goes into the store without torch."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -38,6 +39,7 @@ class BenchResult:
     stages: list[StageVerdict] = field(default_factory=list)
     latency_us: Optional[float] = None  # median
     latency_iqr_us: Optional[float] = None
+    wall_us: Optional[float] = None  # per call issued back to back, host-paced (what eager mode sees)
     eager_us: Optional[float] = None
     compile_us: Optional[float] = None
     speedup_vs_eager: Optional[float] = None
@@ -83,6 +85,8 @@ class BenchResult:
             pct_peak=self.pct_peak, speedup_vs_eager=self.speedup_vs_eager,
             speedup_vs_compile=self.speedup_vs_compile, eager_us=self.eager_us, compile_us=self.compile_us,
             peak_vram_mb=self.peak_vram_mb, flagged=self.flagged, device=self.device, duration_s=self.duration_s,
+            wall_us=self.wall_us,
+            details_json=json.dumps(self.extra["per_shape"]) if self.extra.get("per_shape") else None,
             error=(f"{self.outcome}: {self.error}" if self.error else (None if self.correct else self.outcome)),
         )
         if status_of[self.outcome]:

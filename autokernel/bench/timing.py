@@ -32,6 +32,7 @@ MAX_SLEEP_US = 20_000.0
 _flush: dict[str, torch.Tensor] = {}
 _compiled: dict[str, Callable] = {}
 _baselines: dict[tuple, tuple[float | None, float | None]] = {}
+_eager_walls: dict[tuple, float] = {}
 
 
 def _flush_buffer(device: str) -> torch.Tensor:
@@ -98,6 +99,24 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
             "min_us": samples[0]}
 
 
+def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int = 2000) -> float:
+    """Microseconds per call when calls are issued back to back and the host paces them: what a model
+    in eager mode sees of this op (max of the host's launch path and the GPU's time; L2 warm)."""
+    fn(*args)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn(*args)
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(10, min_time_s / one)))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
 def peak_vram_mb(fn: Callable, args: tuple) -> float:
     """Memory the call allocates beyond its inputs (peak), in MB."""
     torch.cuda.synchronize()
@@ -114,6 +133,14 @@ def compiled_reference(spec) -> Callable:
     if spec.name not in _compiled:
         _compiled[spec.name] = torch.compile(spec.reference, mode=COMPILE_MODE, dynamic=False)
     return _compiled[spec.name]
+
+
+def eager_wall(spec, shape: dict, dtype: torch.dtype, args: tuple) -> float:
+    """wall_call of the spec's reference (eager PyTorch) at this shape, cached per worker process."""
+    key = (spec.name, tuple(sorted(shape.items())), str(dtype))
+    if key not in _eager_walls:
+        _eager_walls[key] = wall_call(spec.reference, args)
+    return _eager_walls[key]
 
 
 def baseline_times(spec, shape: dict, dtype: torch.dtype, args: tuple, device: str) -> tuple[float | None, float | None]:

@@ -32,6 +32,28 @@ def verify_table(data: dict[str, Any]) -> Table:
     return table
 
 
+def workload_table(data: dict[str, Any]) -> Table:
+    """One row per workload and mode: without / with AutoKernel, the kernels used, the headline."""
+    table = Table(title="where users run it: best with AutoKernel vs best without, per workload")
+    for col in ("workload", "mode", "without ms", "with ms", "x", "kernels", "graph breaks / recompiles", "note"):
+        table.add_column(col, overflow="fold")
+    for w in data.get("workloads", []):
+        if w.get("error") and not w.get("rows"):
+            table.add_row(w["workload"], "-", "-", "-", "-", "-", "-", f"[red]{w['error']}[/]")
+            continue
+        for r in w["rows"]:
+            wo, wi = r["without"], r["with_"]
+            x = wo["ms"] / wi["ms"] if wo and wi else None
+            gb = "-" if r["graph_breaks"] is None else f"{r['graph_breaks']} / {r['recompiles']}"
+            table.add_row(w["workload"], r["mode"], _fmt(wo and wo["ms"]), _fmt(wi and wi["ms"]), _fmt(x, ".3f", "x"),
+                          ", ".join(r["kernels"]) or "-", gb, r["note"])
+        bw, bk = w.get("best_without"), w.get("best_with")
+        if bw and bk:
+            table.add_row(w["workload"], "[bold]best[/]", f"{bw[1]:.3f} ({bw[0]})", f"{bk[1]:.3f} ({bk[0]})",
+                          f"[bold]{w['speedup']:.3f}x[/]", "", "", w.get("error") or "")
+    return table
+
+
 def summary_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {_fmt(data['rel_error'], '.2e')} "
              f"(tolerance {data['tolerance']:.3g}), "
@@ -56,6 +78,12 @@ def register(app: typer.Typer) -> None:
         iters: Optional[int] = typer.Option(None, "--iters", help="Timed forward passes (0: no timing)."),
         include_slower: bool = typer.Option(False, "--include-slower",
                                             help="Plug in correct kernels even when not faster than eager."),
+        workload: Optional[list[str]] = typer.Option(
+            None, "--workload", "-w", help="Time at this workload (repeatable): prefill:1x2048, forward:32x128, "
+                                           "decode:32@2048. Default: every workload of the model on a GPU."),
+        mode: Optional[list[str]] = typer.Option(
+            None, "--mode", help="eager, compile, reduce-overhead (repeatable). Default: all three on a GPU, "
+                                 "eager on a CPU."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Plug the best kernels into the model, compare outputs with the original, time the forward pass."""
@@ -64,15 +92,27 @@ def register(app: typer.Typer) -> None:
         from autokernel.verify import verify
         from autokernel.workspace import Workspace
 
+        from autokernel.errors import ConfigError
+        from autokernel.workload_timing import MODES
+        from autokernel.workloads import parse_workload
+
+        loads = [parse_workload(w) for w in workload] if workload else None
+        bad = [m for m in (mode or []) if m not in MODES]
+        if bad:
+            raise ConfigError(f"unknown mode {bad[0]!r}; use {', '.join(MODES)}")
         paths = ctx.obj.ensure()
         with Store(paths.db) as store:
             result = verify(store, Workspace.open(paths), run_id=run, model=model, kernels=kernel or None,
-                            time_iters=iters, min_speedup=0.0 if include_slower else None)
+                            time_iters=iters, min_speedup=0.0 if include_slower else None, workloads=loads,
+                            modes=tuple(mode) if mode else None,
+                            progress=None if as_json else (lambda msg: err.print(f"[dim]{msg}[/]")))
         data = result.to_dict()
         if as_json:
             out.print_json(json.dumps(data, default=str))
         else:
             out.print(verify_table(data))
+            if data.get("workloads"):
+                out.print(workload_table(data))
             for line in summary_lines(data):
                 out.print(line)
             out.print(f"recorded as run {result.run_id}")
