@@ -139,6 +139,45 @@ def _custom_op(qualname: str, kernel_type: str, entry: Callable, sig: inspect.Si
     op.register_fake(_with_signature(fake, sig, "fake"))
 
 
+def _inductor_compiles(entry: Callable, kernel_type: str, cache_dir: Path | None, source_hash: str) -> str | None:
+    """Why Inductor cannot compile the kernel's launches (None: it can), at a spec's small shape.
+
+    Inductor compiles a traced Triton kernel itself, with its own launcher and specialisation, and a
+    kernel that Triton's JIT accepts can fail there. Checked once per kernel source and versions; the
+    verdict is kept in `cache_dir` (op_verdicts.json) when one is given."""
+    import json
+
+    import triton
+
+    key = f"{source_hash}:{torch.__version__}:{triton.__version__}"
+    path = Path(cache_dir) / "op_verdicts.json" if cache_dir is not None else None
+    verdicts = {}
+    if path is not None and path.exists():
+        try:
+            verdicts = json.loads(path.read_text())
+        except ValueError:
+            verdicts = {}
+    if key in verdicts:
+        return verdicts[key] or None
+    spec = get_spec(kernel_type)
+    dtype = torch.bfloat16 if "bfloat16" in spec.dtypes else torch.float32
+    args = spec.make_inputs(spec.small_shapes[0], dtype, "cuda", torch.Generator(device="cuda").manual_seed(0))
+    why = None
+    try:
+        # Dynamo captures the file's kernel[grid](...) launches itself, as Inductor gets them from a triton_op
+        torch.compile(lambda *a: _fresh(entry(*a)), dynamic=False, fullgraph=True)(*args)
+        torch.cuda.synchronize()
+    except Exception as exc:  # the kernel, as Inductor compiles it, fails: keep it opaque
+        why = f"Inductor cannot compile it: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dict(verdicts, **{key: why or ""}), indent=1))
+        except OSError:
+            pass  # a read-only cache only costs the check again next time
+    return why
+
+
 def _traceable(body: Callable, kernel_type: str) -> str | None:
     """Why the op's body cannot be traced on fake tensors (None: it can), at a spec's small shape."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -181,7 +220,7 @@ def register(kernel: KernelFile | str, *, module: Any = None, prefer: str | None
         # Registering is final for the process, so the launch routing is tried first on fake
         # tensors; a file whose launches cannot be traced gets the opaque form instead.
         body = _traced_body(entry)
-        why = _traceable(body, kf.kernel_type)
+        why = _traceable(body, kf.kernel_type) or _inductor_compiles(entry, kf.kernel_type, cache_dir, kf.source_hash)
         if why is None:
             torch.library.triton_op(qualname, _with_signature(body, sig, name), mutates_args=())
         else:

@@ -217,7 +217,7 @@ def _plug_attention(stack: ExitStack, model: nn.Module, route: Route, rep: PlugR
     registry = AttentionInterface._global_mapping
     mask_registry = type(ALL_MASK_ATTENTION_FUNCTIONS)._global_mapping
     registry[ATTN_NAME] = attention
-    mask_registry[ATTN_NAME] = sdpa_mask  # lets an all-ones mask be dropped, as for SDPA
+    mask_registry[ATTN_NAME] = causal_prefill_mask(sdpa_mask)
     stack.callback(registry.pop, ATTN_NAME, None)
     stack.callback(mask_registry.pop, ATTN_NAME, None)
     configs = {id(c): c for c in (getattr(m, "config", None) for m in model.modules())
@@ -228,6 +228,31 @@ def _plug_attention(stack: ExitStack, model: nn.Module, route: Route, rep: PlugR
         cfg.__dict__["_attn_implementation_internal"] = ATTN_NAME
         stack.callback(cfg.__dict__.__setitem__, "_attn_implementation_internal", old)
         rep.sites["flash_attention"] += 1
+
+
+def causal_prefill_mask(sdpa_mask: Callable) -> Callable:
+    """transformers' SDPA mask builder, except that a prefill with no padding mask (queries and keys
+    the same positions, nothing cached) gets no mask at all: the call is then plainly causal, which the
+    kernel, or SDPA with is_causal, computes without reading a mask. transformers drops that mask
+    itself in eager mode, but (up to 5.17 at least) not while torch.compile traces, where it cannot
+    look at a padding mask's values; with no padding mask given there is nothing to look at."""
+    import inspect
+
+    from transformers.masking_utils import causal_mask_function
+
+    names = list(inspect.signature(sdpa_mask).parameters)
+
+    def mask(*args, **kwargs):
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        offsets = [p.get("q_offset", 0), p.get("kv_offset", 0)]
+        if (p.get("attention_mask") is None and p.get("local_size") is None and p.get("allow_is_causal_skip", True)
+                and p.get("mask_function", causal_mask_function) is causal_mask_function
+                and all(isinstance(o, int) and o == 0 for o in offsets)
+                and isinstance(p.get("q_length"), int) and p.get("q_length") == p.get("kv_length")):
+            return None
+        return sdpa_mask(*args, **kwargs)
+    return mask
 
 
 def _plug_rotary(stack: ExitStack, route: Route, rep: PlugReport) -> None:

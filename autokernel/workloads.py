@@ -1,6 +1,7 @@
 """The workloads a model is verified at: what users run, not one convenient shape.
 
-For a causal LM: prefill of 1x2048, 1x512 and 1x128 tokens, and decode (one new token per sequence on
+For a causal LM: prefill of 1x2048, 1x512 and 1x128 tokens (the prompt's pass as generate() makes it,
+filling a new KV cache), and decode (one new token per sequence on
 a KV cache of 2048 positions) at batch 1 and batch 32, capped by the model's positions. Encoders: a
 forward pass at 1x512, 1x128 and 32x128. A model from a factory file: its own example inputs. On a
 CPU (tests, the interpreter), one small prefill and one small decode stand in for them.
@@ -123,8 +124,8 @@ class WorkloadRun:
             self.inputs = {"input_ids": ids}
             if getattr(model.config, "model_type", "") in ("bert", "roberta", "distilbert"):
                 self.inputs.update(attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids))
-            elif is_causal_lm(model):
-                self.inputs["use_cache"] = False  # a prefill pass alone: no cache to fill
+            # a causal LM's prefill is the call generate() makes for the prompt: the model's default,
+            # which fills a new KV cache (transformers' DynamicCache)
 
     def prepare(self) -> None:
         """Decode: allocate the static cache and fill it with a prefill of the prompt (plain model)."""

@@ -191,13 +191,15 @@ def test_verify_records_decisions_per_shape_and_apply_follows_them(home):
     rows = store.list_dispatch(kernel_type="rmsnorm")
     assert {(d.mode, d.shape, d.workload, d.device) for d in rows} == {
         ("eager", "16x64", "prefill 1x16", "cpu"), ("eager", "1x64", "decode b1 @16", "cpu")}
-    # the interpreter is far slower than PyTorch on the CPU: the measurement says no at both shapes
-    assert not any(d.use for d in rows) and all(d.kernel_ms > d.fallback_ms for d in rows)
+    # each decision is what its measurement says (the interpreter is usually far slower than PyTorch on
+    # the CPU, but a loaded machine can blur two 1-ms timings, so the test follows the measurement)
+    assert all(d.use == (d.kernel_ms * 1.005 < d.fallback_ms) for d in rows)
+    at16 = next(d for d in rows if d.shape == "16x64")
     store.close()
     b = load_model("llama-tiny", seq=16)
     with autokernel.apply(b.model, home=home.home) as h, torch.inference_mode():
         b.forward()
-        assert h.report.calls["rmsnorm"] == 0 and h.report.declined["rmsnorm"] == 5
+        assert (h.report.calls["rmsnorm"], h.report.declined["rmsnorm"]) == ((5, 0) if at16.use else (0, 5))
 
 
 def test_workload_timer_times_every_mode_and_decides_per_workload():

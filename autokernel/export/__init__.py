@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from autokernel.export.layout import (
     write_variant,
 )
 from autokernel.kernelfile import parse_source
+
+LAUNCHER = "autokernel.kernels.launcher"  # the lean launch path the starters import
 
 
 @dataclass
@@ -82,6 +85,7 @@ def provenance_from_file(path: Path) -> tuple[str, Provenance]:
 def export_kernel(source: str, prov: Provenance, repo_id: str, out_dir: Path, *, version: int = 1,
                   build_cuda: bool | None = None) -> ExportResult:
     """Write the export into `out_dir` (replacing an earlier export there)."""
+    import autokernel.kernels.launcher  # noqa: F401  (its file is shipped with Triton kernels)
     from autokernel.kernels import get_spec
 
     kf = parse_source(source)
@@ -97,12 +101,15 @@ def export_kernel(source: str, prov: Provenance, repo_id: str, out_dir: Path, *,
     out.mkdir(parents=True)
     note = None
     if kf.backend == "triton":
+        # the lean launch path ships inside the package, as its own module
+        source = source.replace(f"from {LAUNCHER} import launch", "from ._launcher import launch")
+        extra = {"_launcher.py": Path(sys.modules[LAUNCHER].__file__).read_text()} if "._launcher" in source else {}
         if re.search(r"^\s*(from|import)\s+autokernel\b", source, re.MULTILINE):
             raise ExportError("the kernel file imports autokernel; an exported Triton kernel must stand alone")
         (out / "build.toml").write_text(build_toml(plan))
-        write_python_package(plan, out / "torch-ext" / plan.python_name, source, {})
+        write_python_package(plan, out / "torch-ext" / plan.python_name, source, extra)
         for variant in NOARCH_VARIANTS:
-            write_variant(plan, out, variant, source, {"type": "cuda"})
+            write_variant(plan, out, variant, source, {"type": "cuda"}, extra_files=extra)
     else:
         from autokernel.export.cuda import export_cuda
 

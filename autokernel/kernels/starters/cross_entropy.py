@@ -15,6 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "cross_entropy"
 BACKEND = "triton"
 
@@ -93,12 +99,12 @@ def kernel_fn(logits, targets, ignore_index=-100):
         return out.fill_(float("nan"))
     block = min(BLOCK_V, triton.next_power_of_2(V))
     warps = max(1, min(NUM_WARPS, block // 32))
-    _ce_row_loss_kernel[(N,)](
+    launch(_ce_row_loss_kernel, (N,),
         logits, targets, losses, V, logits.stride(0), logits.stride(1), targets.stride(0), ignore_index,
         BLOCK=block, num_warps=warps, num_stages=NUM_STAGES,
     )
     mean_block = min(MEAN_BLOCK, triton.next_power_of_2(N))
-    _ce_mean_kernel[(1,)](
+    launch(_ce_mean_kernel, (1,),
         losses, targets, out, N, targets.stride(0), ignore_index,
         BLOCK=mean_block, num_warps=max(1, min(8, mean_block // 32)),
     )

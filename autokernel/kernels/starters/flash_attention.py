@@ -23,6 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
 
@@ -199,7 +205,7 @@ def kernel_fn(q, k, v, causal, scale=None):
     block_m, block_n, warps, stages, precision = _config(q.dtype)
     block_d = max(16, triton.next_power_of_2(D))
     grid = (triton.cdiv(S, block_m), B * H)
-    _attn_fwd[grid](
+    launch(_attn_fwd, grid,
         q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),

@@ -23,6 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "layernorm"
 BACKEND = "triton"
 
@@ -202,9 +208,9 @@ def _split_rows(x, weight, bias, y, eps, args):
     seg_len = triton.cdiv(triton.cdiv(cols, segs), LOOP_BLOCK) * LOOP_BLOCK
     segs = triton.cdiv(cols, seg_len)
     stats = torch.empty((rows, segs, 3), device=x.device, dtype=torch.float32)
-    _layernorm_segment_stats[(rows, segs)](x, stats, cols, seg_len, segs, args[0], args[1], BLOCK=LOOP_BLOCK,
+    launch(_layernorm_segment_stats, (rows, segs), x, stats, cols, seg_len, segs, args[0], args[1], BLOCK=LOOP_BLOCK,
                                            num_warps=LOOP_WARPS)
-    _layernorm_segment_norm[(rows, segs)](x, weight, bias, y, stats, cols, seg_len, segs, float(eps), *args,
+    launch(_layernorm_segment_norm, (rows, segs), x, weight, bias, y, stats, cols, seg_len, segs, float(eps), *args,
                                           BLOCK=LOOP_BLOCK, SEGS=max(triton.next_power_of_2(segs), 2),
                                           num_warps=LOOP_WARPS)
     return y
@@ -222,13 +228,13 @@ def kernel_fn(x, weight, bias, eps):
         block_n = max(triton.next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        _layernorm_fused[(triton.cdiv(rows, rows_per),)](
+        launch(_layernorm_fused, (triton.cdiv(rows, rows_per),),
             x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
             EVEN=block_n == cols and rows % rows_per == 0,
             num_warps=warps)
     elif rows < SPLIT_PROGRAMS and cols >= 2 * LOOP_BLOCK:
         _split_rows(x, weight, bias, y, eps, args)
     else:
-        _layernorm_looped[(rows,)](x, weight, bias, y, cols, float(eps), *args,
+        launch(_layernorm_looped, (rows,), x, weight, bias, y, cols, float(eps), *args,
                                    BLOCK=LOOP_BLOCK, SHIFTED=STATS == "shifted", num_warps=LOOP_WARPS)
     return y

@@ -39,6 +39,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
 
@@ -297,9 +303,9 @@ def _gemv(a, b, c):
     programs = triton.cdiv(M, bm)
     splits, k_split = _splits(programs, K, bk, max(bk, SPLIT_K_MIN_CHUNK), SPLIT_K_PROGRAMS)
     part = torch.empty((splits, M), device=a.device, dtype=torch.float32)
-    _gemv_kernel[(programs, splits)](a, b, part, M, K, k_split, a.stride(0), a.stride(1), b.stride(0),
+    launch(_gemv_kernel, (programs, splits), a, b, part, M, K, k_split, a.stride(0), a.stride(1), b.stride(0),
                                      BM=bm, BK=bk, num_warps=GEMV_WARPS)
-    _sum_splits_kernel[(triton.cdiv(M, 1024),)](part, c, splits, M, 1, c.stride(0), c.stride(1), BLOCK=1024)
+    launch(_sum_splits_kernel, (triton.cdiv(M, 1024),), part, c, splits, M, 1, c.stride(0), c.stride(1), BLOCK=1024)
     return c
 
 
@@ -344,13 +350,13 @@ def kernel_fn(a, b):
     splits, k_split = _splits(tiles, K, bk, SPLIT_K_MIN_CHUNK, SPLIT_K_BELOW_TILES)
     if splits > 1:
         part = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
-        _matmul_tile_kernel[(tiles, 1, splits)](
+        launch(_matmul_tile_kernel, (tiles, 1, splits),
             a, b, part, M, N, K,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1, 0, 0, 0, k_split, M * N, _load_cols(b),
             BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
             num_warps=warps, num_stages=stages,
         )
-        _sum_splits_kernel[(triton.cdiv(M * N, 1024),)](part, c, splits, M * N, N, c.stride(0), c.stride(1),
+        launch(_sum_splits_kernel, (triton.cdiv(M * N, 1024),), part, c, splits, M * N, N, c.stride(0), c.stride(1),
                                                         BLOCK=1024)
         return c
     grid = (tiles,)
@@ -359,12 +365,12 @@ def kernel_fn(a, b):
         if _tma_ok(a, 1) and _tma_ok(c, 1) and (_tma_ok(b.t(), 1) if b_kmajor else _tma_ok(b, 1)):
             if a.is_cuda:
                 triton.set_allocator(_tma_scratch)
-            _matmul_tma_kernel[grid](
+            launch(_matmul_tma_kernel, grid,
                 a, b, c, M, N, K, a.stride(0), b.stride(1) if b_kmajor else b.stride(0), c.stride(0),
                 BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, B_KMAJOR=b_kmajor, num_warps=warps, num_stages=stages,
             )
             return c
-    _matmul_tile_kernel[grid](
+    launch(_matmul_tile_kernel, grid,
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, K, 0, _load_cols(b),
         BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
@@ -390,7 +396,7 @@ def bmm(a, b):
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(1) == 1 and b.stride(2) != 1:
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), nb)
-    _matmul_tile_kernel[grid](
+    launch(_matmul_tile_kernel, grid,
         a, b, c, M, N, K,
         a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1), c.stride(2),
         a.stride(0), b.stride(0), c.stride(0), K, 0, N,

@@ -20,6 +20,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "reduce"
 BACKEND = "triton"
 
@@ -101,7 +107,7 @@ def _launch(x, out, out_stride_r, n_seg, seg_len, scale):
     rows = max(1, min(TILE // block, triton.next_power_of_2(R)))
     warps = max(1, min(NUM_WARPS, rows * block // 32))
     grid = (triton.cdiv(R, rows), n_seg)
-    _row_sum_kernel[grid](x, out, R, C, x.stride(0), x.stride(1), seg_len, out_stride_r, scale,
+    launch(_row_sum_kernel, grid, x, out, R, C, x.stride(0), x.stride(1), seg_len, out_stride_r, scale,
                           ROWS=rows, BLOCK=block, num_warps=warps, num_stages=NUM_STAGES)
 
 
@@ -133,7 +139,7 @@ def _launch_cols(x3, out, n_seg, seg_len, r_block, i_block, scale):
     outer, R, inner = x3.shape
     warps = max(1, min(NUM_WARPS, r_block * i_block // 32))
     grid = (outer * triton.cdiv(inner, i_block), n_seg)
-    _col_sum_kernel[grid](x3, out, R, inner, x3.stride(0), x3.stride(1), x3.stride(2), seg_len,
+    launch(_col_sum_kernel, grid, x3, out, R, inner, x3.stride(0), x3.stride(1), x3.stride(2), seg_len,
                           n_seg * inner, inner, scale, R_BLOCK=r_block, I_BLOCK=i_block, num_warps=warps)
 
 

@@ -13,6 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "triton"
 
@@ -132,7 +138,7 @@ def rms_norm_dim(x, dim, eps, mean=True):
     one_tile = triton.next_power_of_2(R) * i_block <= COL_TILE
     r_block = triton.next_power_of_2(R) if one_tile else max(1, COL_TILE // i_block)
     tiles = triton.cdiv(inner, i_block)
-    _rmsnorm_cols[(outer * tiles,)](x, y, R, inner, tiles, float(eps), float(R if mean else 1), R_BLOCK=r_block,
+    launch(_rmsnorm_cols, (outer * tiles,), x, y, R, inner, tiles, float(eps), float(R if mean else 1), R_BLOCK=r_block,
                                     I_BLOCK=i_block, ONE_TILE=one_tile, num_warps=COL_WARPS)
     return y
 
@@ -149,8 +155,8 @@ def kernel_fn(x, weight, eps):
         block_n = max(triton.next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        _rmsnorm_fused[(triton.cdiv(rows, rows_per),)](
+        launch(_rmsnorm_fused, (triton.cdiv(rows, rows_per),),
             x, weight, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
     else:
-        _rmsnorm_looped[(rows,)](x, weight, y, cols, float(eps), *args, BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
+        launch(_rmsnorm_looped, (rows,), x, weight, y, cols, float(eps), *args, BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
     return y

@@ -13,6 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "rotary_embedding"
 BACKEND = "triton"
 
@@ -85,7 +91,7 @@ def kernel_fn(x, cos, sin):
     block_s = min(BLOCK_S, triton.next_power_of_2(S))
     heads = min(HEADS_PER_PROG, triton.next_power_of_2(B * H))
     grid = (triton.cdiv(S, block_s), triton.cdiv(B * H, heads))
-    _rope_kernel[grid](
+    launch(_rope_kernel, grid,
         x, cos, sin, out, B * H, H, S,
         *x.stride(), *cos.stride(), *sin.stride(), *out.stride(),
         HALF=half, BLOCK_D=block_d, BLOCK=block_s, HEADS=heads, num_warps=NUM_WARPS,

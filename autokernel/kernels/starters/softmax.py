@@ -15,6 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import launch
+except ImportError:
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
 KERNEL_TYPE = "softmax"
 BACKEND = "triton"
 
@@ -100,10 +106,10 @@ def kernel_fn(x, log=False):
         block_n = max(triton.next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        _softmax_fused[(triton.cdiv(rows, rows_per),)](
+        launch(_softmax_fused, (triton.cdiv(rows, rows_per),),
             x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0),
             ROWS=rows_per, BLOCK_N=block_n, LOG=log, num_warps=warps)
     else:
-        _softmax_looped[(rows,)](x, y, cols, x.stride(0), x.stride(1), y.stride(0),
+        launch(_softmax_looped, (rows,), x, y, cols, x.stride(0), x.stride(1), y.stride(0),
                                  BLOCK=LOOP_BLOCK, LOG=log, num_warps=LOOP_WARPS)
     return y

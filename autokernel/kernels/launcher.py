@@ -1,0 +1,106 @@
+"""A lean launch path for the starters' Triton kernels: `launch(kernel, grid, *args, **meta)` does what
+`kernel[grid](*args, **meta)` does, and after the first call with the same argument signature it skips
+Triton's Python binder, cache-key computation and option parsing, calling the compiled kernel's
+launcher directly.
+
+Why: at the shapes of short prompts and decode a kernel's GPU time is a few microseconds, and
+Triton's own launch path costs 10-20 us of host time per launch on the H200's host (more with many
+arguments), so a model in eager mode pays the host, not the GPU. What the binder works out per call
+(each argument's type and specialisation: 16-byte alignment of pointers, ints equal to 1 or divisible
+by 16, 32- or 64-bit) is a function of the argument signature used here as the cache key: a tensor's
+dtype, device and pointer alignment, an int's value, a float's type. Different alignments or values
+get their own entry, so a cached launch is always the kernel Triton itself would have chosen.
+
+The plain `kernel[grid](...)` path is kept whenever the fast one does not apply: Triton's interpreter
+(no compiled kernels), autotuned or heuristic kernels, tensor subclasses (fake and functional tensors
+while torch.compile or a triton_op is traced: the traced launch must go through `__getitem__`), or a
+kernel whose launch hooks are set.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+_cache: dict[tuple, tuple[Any, tuple]] = {}
+_tails: dict[int, tuple[tuple[str, ...], dict[str, Any]]] = {}
+_MAX_ENTRIES = 4096
+_Tensor = torch.Tensor
+_triton: dict[str, Any] = {}  # JITFunction, knobs, driver: imported once, on the first launch
+_compiling = torch.compiler.is_compiling
+
+
+def _signature_key(args: tuple) -> tuple:
+    key = []
+    for a in args:
+        t = type(a)
+        if t is _Tensor:
+            key.append((a.dtype, a.data_ptr() & 15 == 0))
+        elif t is int or t is bool:
+            key.append(a)
+        elif t is float:
+            key.append(float)
+        elif a is None:
+            key.append(None)
+        else:  # a tensor subclass, a dtype, anything else: the plain path decides
+            return ()
+    return tuple(key)
+
+
+def _tail_template(kernel) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """(parameter names, their defaults) of a JIT kernel, computed once."""
+    tpl = _tails.get(id(kernel))
+    if tpl is None:
+        params = list(kernel.signature.parameters.values())
+        tpl = (tuple(p.name for p in params),
+               {p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
+        _tails[id(kernel)] = tpl
+    return tpl
+
+
+def clear() -> None:
+    """Forget every cached launch (the next launch of each signature goes through Triton again)."""
+    _cache.clear()
+
+
+def _init() -> None:
+    from triton import knobs
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    _triton.update(JITFunction=JITFunction, knobs=knobs, driver=driver)
+
+
+def launch(kernel, grid: tuple, *args, **meta):
+    """kernel[grid](*args, **meta), through the compiled kernel's launcher once it is known."""
+    if not _triton:
+        _init()
+    if type(kernel) is not _triton["JITFunction"] or type(grid) is not tuple or _compiling():
+        return kernel[grid](*args, **meta)
+    sig = _signature_key(args)
+    if not sig:
+        return kernel[grid](*args, **meta)
+    # the device is part of the key (Triton compiles per device): the first argument's, when a tensor
+    a0 = args[0] if args else None
+    dev = a0.device.index if type(a0) is _Tensor else None
+    key = (kernel, grid, dev, sig, *meta.items())
+    hit = _cache.get(key)
+    if hit is None:
+        compiled = kernel[grid](*args, **meta)
+        names, defaults = _tail_template(kernel)
+        tail = tuple(meta[n] if n in meta else defaults.get(n) for n in names[len(args):])
+        if compiled is not None and not hasattr(compiled, "result") and len(_cache) < _MAX_ENTRIES:
+            _cache[key] = (compiled, tail)
+        return compiled
+    compiled, tail = hit
+    knobs = _triton["knobs"].runtime
+    enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+    full = args + tail
+    stream = _triton["driver"].active.get_current_stream(dev)
+    n = len(grid)
+    compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, compiled.function,
+                 compiled.packed_metadata, compiled.launch_metadata(grid, stream, *full) if enter is not None else None,
+                 enter, leave, *full)
+    return compiled
