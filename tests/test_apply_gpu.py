@@ -21,8 +21,12 @@ pytestmark = pytest.mark.gpu
 def test_triton_starters_are_traceable_triton_ops(kernel_type):
     spec = get_spec(kernel_type)
     op = register_source(starter_path(kernel_type).read_text())
-    # a kernel Inductor cannot compile is kept opaque (a custom_op) rather than breaking compiled models
-    assert op.kind == "triton_op" or op.note.startswith("launches not traceable (Inductor cannot compile it"), op.note
+    # a kernel Inductor cannot compile is kept opaque (a custom_op) rather than breaking compiled models;
+    # on the H200 (triton 3.6) that is the flash_attention starter alone (tl.dot's accumulator type)
+    if kernel_type == "flash_attention":
+        assert op.kind == "triton_op" or op.note.startswith("launches not traceable (Inductor cannot compile it"), op.note
+    else:
+        assert op.kind == "triton_op", op.note
     dtype = torch.float16 if "float16" in spec.dtypes else torch.float32
     args = spec.make_inputs(spec.small_shapes[0], dtype, "cuda", torch.Generator(device="cuda").manual_seed(0))
     result = torch.library.opcheck(op.op, args, test_utils=("test_schema", "test_faketensor",
@@ -66,12 +70,14 @@ def test_llama_with_autokernel_compiles_without_recompiles_or_graph_breaks(tmp_p
     torch._logging.set_logs(recompiles=True, graph_breaks=True)
     for name in ("torch._dynamo", "torch.__recompiles", "torch.__graph_breaks"):
         logging.getLogger(name).addHandler(records)
+    # every input made the same way (outside inference mode): an inference tensor among normal ones
+    # would recompile torch.compile with or without AutoKernel (a dispatch-key guard)
+    inputs = [b.make_inputs(seed) for seed in (1, 2, 3, 4)] + [b.inputs]
     try:
         compiled = torch.compile(b.model, mode=mode)
         with torch.inference_mode():
-            for seed in (1, 2, 3, 4):
-                out = output_tensor(compiled(**b.make_inputs(seed)))
-            out = output_tensor(compiled(**b.inputs)).float()
+            for inp in inputs:
+                out = output_tensor(compiled(**inp)).float()
     finally:
         torch._logging.set_logs()
         for name in ("torch._dynamo", "torch.__recompiles", "torch.__graph_breaks"):

@@ -75,9 +75,11 @@ def _init() -> None:
 
 def launch(kernel, grid: tuple, *args, **meta):
     """kernel[grid](*args, **meta), through the compiled kernel's launcher once it is known."""
+    if _compiling():  # first: Dynamo must see the plain launch and nothing of the cache below
+        return kernel[grid](*args, **meta)
     if not _triton:
         _init()
-    if type(kernel) is not _triton["JITFunction"] or type(grid) is not tuple or _compiling():
+    if type(kernel) is not _triton["JITFunction"] or type(grid) is not tuple:
         return kernel[grid](*args, **meta)
     sig = _signature_key(args)
     if not sig:
