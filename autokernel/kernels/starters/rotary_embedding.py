@@ -59,17 +59,20 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, BH, H, S,
     o_sd = s[:, None] * so_s + d[None, :] * so_d
     for i in tl.static_range(HEADS):
         bh = pid_h * HEADS + i
-        b = (bh // H).to(tl.int64)
-        h = (bh % H).to(tl.int64)
-        mask = m2 & (bh < BH)
-        xp = x_ptr + b * sx_b + h * sx_h + x_sd
-        x1 = tl.load(xp, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(xp + HALF * sx_d, mask=mask, other=0.0).to(tl.float32)
-        o1 = x1 * cos1 - x2 * sin1
-        o2 = x2 * cos2 + x1 * sin2
-        op = out_ptr + b * so_b + h * so_h + o_sd
-        tl.store(op, o1.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(op + HALF * so_d, o2.to(out_ptr.dtype.element_ty), mask=mask)
+        # A branch, not `m2 & (bh < BH)`: the slice is uniform over the program, and a scalar
+        # folded into a block mask is rejected by Triton 3.9's interpreter ("mask has unsupported
+        # dtype").
+        if bh < BH:
+            b = (bh // H).to(tl.int64)
+            h = (bh % H).to(tl.int64)
+            xp = x_ptr + b * sx_b + h * sx_h + x_sd
+            x1 = tl.load(xp, mask=m2, other=0.0).to(tl.float32)
+            x2 = tl.load(xp + HALF * sx_d, mask=m2, other=0.0).to(tl.float32)
+            o1 = x1 * cos1 - x2 * sin1
+            o2 = x2 * cos2 + x1 * sin2
+            op = out_ptr + b * so_b + h * so_h + o_sd
+            tl.store(op, o1.to(out_ptr.dtype.element_ty), mask=m2)
+            tl.store(op + HALF * so_d, o2.to(out_ptr.dtype.element_ty), mask=m2)
 
 
 def kernel_fn(x, cos, sin):
