@@ -20,7 +20,8 @@ from autokernel.store import Store
 from autokernel.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from autokernel.store.migrate import applied_versions, bundled_migrations, migrate
 
-TABLES = {"runs", "profiles", "kernels", "experiments", "devices", "llm_calls"}
+INITIAL_TABLES = {"runs", "profiles", "kernels", "experiments", "devices", "llm_calls"}  # 0001 creates these
+TABLES = INITIAL_TABLES | {"locks"}
 
 
 
@@ -135,7 +136,7 @@ def test_failing_migration_rolls_back_completely(tmp_path):
     assert not conn.in_transaction
     assert applied_versions(conn) == [1]
     tables_now = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert "extra" not in tables_now and TABLES <= tables_now
+    assert "extra" not in tables_now and INITIAL_TABLES <= tables_now
     assert "flavour" not in {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     conn.close()
     # the good migration stays applied and the store still works
