@@ -33,6 +33,7 @@ from typing import Any, Callable
 import torch
 
 from autokernel.amdahl import kernel_speedup, model_speedup
+from autokernel.cpu_timing import CPU_LABEL
 from autokernel.errors import NotFoundError
 from autokernel.extract import resolve_profile
 from autokernel.kernelfile import entry_point, import_kernel, parse_source
@@ -124,10 +125,12 @@ def _load_fn(source: str) -> Callable:
     return entry_point(import_kernel(parse_source(source)))
 
 
-def _candidates(store: Store, workspace: Any, model: str,
-                names: list[str] | None) -> list[tuple[Any, str, str, float | None, float]]:
+def _candidates(store: Store, workspace: Any, model: str, names: list[str] | None,
+                only_kept: bool = False, skipped: list[str] | None = None) -> list[tuple[Any, str, str, float | None, float]]:
     """(kernel row, source, where it came from, speed-up over eager or None, speed-up for the Amdahl
-    prediction) of the best kernel per type."""
+    prediction) of the best kernel per type. only_kept: a kernel the loop never improved (its best
+    is its start, and no timing says that start beats eager) is not a candidate unless named; its
+    name goes to `skipped`."""
     rows = store.list_kernels(model=model)
     if names:
         missing = set(names) - {k.name for k in rows}
@@ -139,6 +142,10 @@ def _candidates(store: Store, workspace: Any, model: str,
         if k.kernel_type not in KERNEL_TYPES:
             continue
         best = store.best_experiment(k.id)
+        if only_kept and not names and not (best is not None and (best.status == "kept" or best.speedup_vs_eager)):
+            if skipped is not None:
+                skipped.append(k.name)
+            continue
         if best is not None and best.commit and workspace is not None:
             source, origin = workspace.read(k.name, best.commit), f"experiment {best.number} ({best.commit[:10]})"
         elif workspace is not None and workspace.has_kernel(k.name):
@@ -210,12 +217,17 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
            batch: int | None = None, seq: int | None = None, dtype: str | None = None, device: str | None = None,
            kernels: list[str] | None = None, time_iters: int | None = None,
            with_compile: bool | None = None, record: bool = True,
-           bundle: ModelBundle | None = None, min_speedup: float | None = None) -> VerifyResult:
+           bundle: ModelBundle | None = None, min_speedup: float | None = None, only_kept: bool = False,
+           progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Plug the best kernels into the model, check outputs, time the forward pass; see module doc.
 
     min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the
     optimized model; default 1.0 on the GPU, none on the CPU (CPU times say nothing of GPU speed,
-    so there every correct kernel goes in, to prove correctness)."""
+    so there every correct kernel goes in, to prove correctness). only_kept: plug only kernels the
+    loop kept an experiment of (or whose start was timed faster than eager); what the loop's verify
+    uses, so that a CPU run does not spend minutes interpreting starters it never improved.
+    progress: called with a line before each step (a large model on a CPU takes minutes)."""
+    progress = progress or (lambda message: None)
     if run_id is not None:
         run = store.get_run(run_id)
         model = model or run.model
@@ -230,6 +242,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     if device is None and opts.get("device"):
         device = "cuda" if opts["device"].startswith("cuda") and torch.cuda.is_available() else "cpu"
     if bundle is None:
+        progress(f"loading {model}")
         bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
     on_gpu = bundle.device.type == "cuda"
 
@@ -237,6 +250,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         min_speedup = 1.0
 
     inputs = bundle.make_inputs(FRESH_SEED)
+    progress("the reference output")
     with torch.inference_mode():
         ref = output_tensor(bundle.forward(inputs)).float().clone()
     tol, reference, eager_error, no_copy = REL_TOLERANCE[bundle.dtype_name], "eager", None, None
@@ -256,7 +270,10 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
 
     verdicts: list[KernelVerdict] = []
     good: dict[str, Callable] = {}
-    for row, source, origin, speedup, gain in _candidates(store, workspace, model, kernels):
+    skipped: list[str] = []
+    candidates = _candidates(store, workspace, model, kernels, only_kept, skipped)
+    for i, (row, source, origin, speedup, gain) in enumerate(candidates, 1):
+        progress(f"[{i}/{len(candidates)}] {row.name} plugged in alone")
         v = KernelVerdict(name=row.name, kernel_type=row.kernel_type, source=origin,
                           speedup=speedup if speedup is not None else 1.0, measured=speedup is not None,
                           share=float(row.share or 0.0), gain=gain)
@@ -293,7 +310,10 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
                             f"{REL_TOLERANCE[bundle.dtype_name]:g})")
     if bundle.input_fn is None:
         result.notes.append("the factory gives no input generator: checked on its example inputs, not fresh ones")
+    if skipped:
+        result.notes.append(f"not plugged (nothing kept by the loop): {', '.join(skipped)}")
     if good:
+        progress(f"{len(good)} kernel(s) plugged in together")
         out, rep = _run_model(bundle, inputs, good)
         result.rel_error, result.max_abs_error = compare(out, ref)
         result.ok = result.rel_error <= tol
@@ -308,14 +328,15 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     iters = time_iters if time_iters is not None else (20 if on_gpu else 2)
     if iters > 0:
         use_compile = on_gpu if with_compile is None else with_compile
+        progress("timing the forward pass")
         result.eager_ms, result.plugged_ms, result.compile_ms = _time_all(bundle, inputs, good, iters,
                                                                           use_compile, result.notes)
         result.speedup_vs_eager = result.eager_ms / result.plugged_ms if result.plugged_ms else None
         if result.compile_ms:
             result.speedup_vs_compile = result.compile_ms / result.plugged_ms
         if not on_gpu:
-            result.notes.append("timed on the CPU (Triton interpreter when no GPU): the times say nothing "
-                                "about GPU speed")
+            result.notes.append(f"timed on the CPU ({CPU_LABEL}, median of repeated forward passes; the "
+                                "Triton interpreter when no GPU): the times say nothing about GPU speed")
     result.amdahl_prediction = model_speedup((v.share, v.gain) for v in result.plugged)
 
     if record:
