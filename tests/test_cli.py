@@ -17,7 +17,7 @@ from autokernel.errors import NotFoundError, SchemaTooNewError, StoreError
 from autokernel.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOW = ("profile", "extract", "bench", "loop", "verify", "export", "kb", "report")
+FLOW = ("profile", "extract", "bench", "loop", "verify", "show", "export", "kb", "report")
 
 
 
