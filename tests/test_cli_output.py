@@ -122,6 +122,19 @@ def test_the_last_screen_on_a_gpu_names_speedups_over_eager_and_compile(home, ca
     assert "1.50x eager" in text
 
 
+def test_with_nothing_plugged_in_no_model_speedup_is_claimed(home, capsys):
+    """Eager and "plugged" are then the same model: any ratio of their timings is noise."""
+    from autokernel.cli.loop import print_summary
+
+    s = _summary(home)
+    s.verify["kernels"] = []
+    s.verify["speedup_vs_eager"] = 1.27
+    print_summary(s, table=False)
+    text = capsys.readouterr().out
+    assert "nothing plugged in (no kernel kept that beat its start), so no model speed-up to measure" in text
+    assert "1.27" not in text and "model speed-up:" not in text
+
+
 def test_a_failed_verify_and_an_interrupt_say_so(home, capsys):
     from autokernel.cli.loop import print_summary
 

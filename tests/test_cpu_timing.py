@@ -95,11 +95,20 @@ def test_the_loops_candidate_timing_child_is_pinned():
 
 
 def test_verify_output_labels_cpu_timings(home, run_cli):
+    from autokernel.extract import extract
+
     code, out, err = run_cli("verify", "--model", "llama-tiny", "--iters", "2")
+    assert code == 0, err
+    # nothing to plug in: the two timings would be of one model, so no speed-up is claimed
+    assert "nothing plugged in, so no speed-up to measure" in out and "end-to-end" not in out
+    assert "the reference output" in err and "timing the forward pass" in err  # progress, on stderr
+    with Store(home.db) as store:
+        store.add_profile("llama-tiny", [_entry("rmsnorm", 0.3), _entry("other", 0.7)], config=OPTS, device="cpu")
+        extract(store, Workspace.open(home), top=1)
+    code, out, err = run_cli("verify", "--model", "llama-tiny", "--iters", "1")
     assert code == 0, err
     assert f"forward ({CPU_LABEL}, median of repeated passes; not GPU speed): eager" in out
     assert "vs torch.compile (CPU timings); Amdahl prediction" in out
-    assert "the reference output" in err and "timing the forward pass" in err  # progress, on stderr
 
 
 # -- 11. verify shows progress and, for the loop, plugs only what was kept ----------------------

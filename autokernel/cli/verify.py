@@ -37,7 +37,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {_fmt(data['rel_error'], '.2e')} "
              f"(tolerance {data['tolerance']:.3g}), "
              f"max abs {_fmt(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
-    if data["eager_ms"] is not None:
+    plugged = [k for k in data["kernels"] if k["ok"] and not k.get("slower")]
+    if data["eager_ms"] is not None and not plugged:
+        lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms; nothing plugged in, so no speed-up to measure")
+    elif data["eager_ms"] is not None:
         cpu = str(data.get("device", "")).startswith("cpu")
         label = f"{CPU_LABEL}, median of repeated passes; not GPU speed" if cpu else "CUDA events"
         lines.append(f"forward ({label}): eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
