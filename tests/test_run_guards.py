@@ -183,6 +183,21 @@ def test_a_second_loop_on_the_same_model_is_refused_naming_the_holder(home, run_
         assert store.get_lock("loop:tiny") is None
 
 
+def test_a_second_kb_run_on_the_same_level_is_refused(home, run_cli):
+    from autokernel.kb.problems import resolve_size
+
+    size = resolve_size("auto", "sample")
+    holder = _hold(home, "kb:kb:sample:L1" + ("" if size == "default" else f":{size}"))
+    try:
+        code, out, err = run_cli("kb", "run", "--level", "1", "--source", "sample", "--problems", "1")
+        assert code == LockHeldError.exit_code, (out, err)
+        assert "a kb run on sample:L1" in err and f"process {holder.pid}" in err
+        assert _runs(home) == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def _race(db, key, barrier, results):
     from autokernel.store import Store
 
