@@ -12,7 +12,7 @@ from autokernel.cli.console import err, out
 
 def export_command(
     ctx: typer.Context,
-    kernel: str = typer.Argument(..., help="Kernel name in the store (e.g. llama-7b.rmsnorm) or a kernel file."),
+    kernel: str = typer.Argument(..., help="Kernel name in the store (llama-7b.rmsnorm, or rmsnorm when one kernel fits) or a kernel file."),
     repo_id: str = typer.Option(..., "--repo-id", help="Hub repository, ORG/NAME."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Export folder (default <home>/exports/NAME)."),
     push: bool = typer.Option(False, "--push", help="Upload to the Hub (token from HF_TOKEN or the login)."),
