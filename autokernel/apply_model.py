@@ -55,9 +55,12 @@ def starter_kernel(kernel_type: str, backend: str = "triton") -> KeptKernel:
                       origin="starter", path=path, backend=backend)
 
 
-def best_kernels(store: Any, workspace: Any, model: str, names: Iterable[str] | None = None) -> list[KeptKernel]:
+def best_kernels(store: Any, workspace: Any, model: str, names: Iterable[str] | None = None, *,
+                 only_kept: bool = False, skipped: list[str] | None = None) -> list[KeptKernel]:
     """The best kept kernel of every type the store has for `model` (the fastest over eager where
-    several kernels share a type); `names` narrows to kernel names or types."""
+    several kernels share a type); `names` narrows to kernel names or types. only_kept: a kernel the
+    loop never improved (its best is its start, and no timing says that start beats eager) is left
+    out unless named; its name goes to `skipped`."""
     rows = store.list_kernels(model=model)
     if names:
         wanted = set(names)
@@ -70,6 +73,10 @@ def best_kernels(store: Any, workspace: Any, model: str, names: Iterable[str] | 
         if k.kernel_type not in KERNEL_TYPES:
             continue
         exp = store.best_experiment(k.id)
+        if only_kept and not names and not (exp is not None and (exp.status == "kept" or exp.speedup_vs_eager)):
+            if skipped is not None:
+                skipped.append(k.name)
+            continue
         if exp is not None and exp.commit and workspace is not None:
             source, origin = workspace.read(k.name, exp.commit), f"experiment {exp.number} ({exp.commit[:10]})"
         elif workspace is not None and workspace.has_kernel(k.name):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from autokernel.errors import ConfigError
 
 HOME_ENV = "AUTOKERNEL_HOME"
+READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)  # what writing into a read-only place raises
 DEFAULT_HOME = ".autokernel"
 
 
@@ -43,6 +45,10 @@ class Paths:
             for p in (self.home, self.cache, self.logs):
                 p.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS and self.home.is_dir():
+                raise ConfigError(f"the AutoKernel home {self.home} is read-only ({exc.strerror}: {exc.filename})",
+                                  hint="make it writable, or choose another with --home DIR or $AUTOKERNEL_HOME"
+                                  ) from exc
             raise ConfigError(f"cannot create the AutoKernel home {self.home}: {exc.strerror}") from exc
         return self
 

@@ -103,3 +103,9 @@ class ExportError(AutoKernelError):
     """The export could not be written or pushed."""
 
     exit_code = 17
+
+
+class LockHeldError(AutoKernelError):
+    """Another live process is already working on this run or model (one writer per run)."""
+
+    exit_code = 18

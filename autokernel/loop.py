@@ -33,6 +33,7 @@ from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, Propo
 from autokernel.orchestrator import Orchestrator, run_elapsed_s
 from autokernel.proposers import SearchExhausted, make_proposer
 from autokernel.proposers.base import KernelContext, Proposal
+from autokernel.runs import check_loop_options, lock_key, lock_what
 from autokernel.store.tables import LLMCall, utcnow
 
 MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
@@ -43,6 +44,7 @@ class LoopEvent:
     kind: str  # stage | baseline | start | done | proposer_failed | exhausted | state | verify
     message: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    run_id: Optional[int] = None  # set on every event once the run's row exists
 
 
 @dataclass
@@ -52,6 +54,7 @@ class LoopSummary:
     model: str
     agent: str
     experiments: int = 0  # non-baseline experiments in the run (all sessions)
+    starting_points: int = 0  # baseline rows: each kernel's start, judged once per run
     kept: int = 0
     elapsed_s: float = 0.0
     predicted_speedup: float = 1.0
@@ -60,6 +63,7 @@ class LoopSummary:
     stop_reason: str = ""
     verify: Optional[dict[str, Any]] = None
     verify_error: Optional[str] = None
+    timing: str = "gpu"  # gpu | cpu: what the latencies are (CPU: autokernel.cpu_timing)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -334,8 +338,11 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     """Run (or resume) an optimization run; returns its summary. KeyboardInterrupt is handled: the
     current experiment is abandoned cleanly and the summary says "interrupted"."""
     emit = on_event or (lambda e: None)
+    run = None
     if resume_run_id is not None:
-        run = reopen_run(store, store.get_run(resume_run_id), "loop", emit)
+        run = store.get_run(resume_run_id)
+        if run.kind != "loop":
+            raise ConfigError(f"run {run.id} is a {run.kind} run, not a loop run")
         opts = json.loads(run.config_json or "{}")
         model, agent, backend = run.model, run.agent or agent, opts.get("backend", backend)
         kernels = kernels or opts.get("kernels")
@@ -345,38 +352,79 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         hours = hours if hours is not None else opts.get("hours")
         max_experiments = max_experiments if max_experiments is not None else opts.get("max_experiments")
         llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
-    else:
-        if not model:
-            raise ConfigError("--model is required (or --resume RUN)")
-        run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
-            "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
-            "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model, "provider": provider})
-    hours = 8.0 if hours is None else float(hours)
-    cleanup_stale(workspace, emit)
-    rows = ensure_kernels(store, workspace, model=model, backend=backend, kernel_types=kernels, batch=batch,
-                          seq=seq, dtype=dtype, device=device, top=top, emit=emit)
-    if proposer is None:
-        proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
-    worker = None
-    if judge is None:
-        judge, worker = default_judge(store, emit, gpu_compile=proposer.writes_source)
-    loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
-                 budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit)
+    elif not model:
+        raise ConfigError("--model is required (or --resume RUN)")
+    # every option is checked before anything is written (see autokernel/runs.py)
+    check_loop_options(hours=hours, max_experiments=max_experiments, agent=agent if proposer is None else "search",
+                       kernels=kernels, backend=backend, batch=batch, seq=seq, dtype=dtype, top=top,
+                       timeout_s=timeout_s, provider=provider, llm_model=llm_model)
+    key = lock_key("loop", model)
+    with store.locked(key, what=lock_what("loop", model)):
+        if run is not None:
+            run = reopen_run(store, run, "loop", emit)
+            emit = stamped(emit, run.id)
+        cleanup_stale(workspace, emit)
+        # a new model is profiled and extracted before its run row exists: a model that does not
+        # load leaves no run behind
+        rows = ensure_kernels(store, workspace, model=model, backend=backend, kernel_types=kernels, batch=batch,
+                              seq=seq, dtype=dtype, device=device, top=top, emit=emit)
+        if run is None:
+            run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
+                "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
+                "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model,
+                "provider": provider})
+            emit = stamped(emit, run.id)
+        store.set_lock_run(key, run.id)
+        hours = 8.0 if hours is None else float(hours)
+        worker = None
+        try:
+            if proposer is None:
+                proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
+            if judge is None:
+                judge, worker = default_judge(store, emit, gpu_compile=proposer.writes_source)
+            loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
+                         budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s,
+                         on_event=emit)
+        except BaseException:
+            if worker is not None:
+                worker.close()
+            store.finish_run(run.id, "failed")
+            raise
 
-    def work() -> str:
-        loop.reconcile()
-        loop.state_event("starting")
-        loop.baselines()
-        return loop.run_budget()
+        def work() -> str:
+            loop.reconcile()
+            loop.state_event("starting")
+            loop.baselines()
+            return loop.run_budget()
 
-    status, reason = run_guarded(store, run.id, work, worker)
-    summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
-    if verify and status == "finished":
-        emit(LoopEvent("stage", "verifying the model with the kept kernels"))
-        summary.verify, summary.verify_error = _verify(store, workspace, run.id)
-        emit(LoopEvent("verify", summary.verify_error or "verified", {"verify": summary.verify}))
-    store.finish_run(run.id, status)
+        status, reason = run_guarded(store, run.id, work, worker)
+        summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
+        summary.timing = "gpu" if _has_gpu() else "cpu"
+        if verify and status == "finished":
+            emit(LoopEvent("stage", "verifying the model with the kept kernels"))
+            try:
+                summary.verify, summary.verify_error = _verify(store, workspace, run.id, emit)
+            except KeyboardInterrupt:
+                status = summary.status = "interrupted"
+                summary.verify_error = "verification interrupted by the user"
+            emit(LoopEvent("verify", summary.verify_error or "verified", {"verify": summary.verify}))
+        store.finish_run(run.id, status)
     return summary
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def stamped(emit: Callable[[LoopEvent], None], run_id: int) -> Callable[[LoopEvent], None]:
+    """`emit` with the run's id set on every event (the CLI's log file is named after it)."""
+    def emit_for_run(event: LoopEvent) -> None:
+        if event.run_id is None:
+            event.run_id = run_id
+        emit(event)
+    return emit_for_run
 
 
 def reopen_run(store, run, kind: str, emit):
@@ -422,6 +470,7 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any]:
 
     from autokernel.bench import calibrate, ceilings_of
     from autokernel.bench.runner import BenchWorker
+    from autokernel.cpu_timing import CPU_TIMING_NOTE, CPUTimedJudge
 
     worker = BenchWorker()
     if not torch.cuda.is_available():
@@ -432,13 +481,16 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any]:
     return functools.partial(worker.judge, ceilings=ceilings_of(device)), worker
 
 
-def _verify(store, workspace, run_id: int) -> tuple[Optional[dict], Optional[str]]:
+def _verify(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:
     try:
         from autokernel.verify import verify
     except ImportError as exc:
         return None, f"verify is not available: {exc}"
     try:
-        result = verify(store, workspace, run_id=run_id)
+        # only what the loop kept goes in: on a CPU every other kernel would be a starter run
+        # through the interpreter for nothing (minutes on a non-tiny model)
+        result = verify(store, workspace, run_id=run_id, only_kept=True,
+                        progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
     except AutoKernelError as exc:
         return None, exc.one_line()
     data = result.to_dict() if hasattr(result, "to_dict") else dict(getattr(result, "__dict__", {}))
@@ -459,102 +511,8 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
     exps = [e for e in rows if e.proposer != "baseline"]
     snap = orch.snapshot()
     return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
-                       experiments=len(exps), kept=sum(1 for e in exps if e.status == "kept"),
+                       experiments=len(exps), starting_points=len(rows) - len(exps),
+                       kept=sum(1 for e in exps if e.status == "kept"),
                        elapsed_s=run_elapsed_s(store, run_id), predicted_speedup=snap["predicted_speedup"],
                        kernels=snap["kernels"], stop_reason=reason,
                        median_experiment_s=statistics.median(durations) if durations else None)
-
-
-# -- CPU wall-clock timing ------------------------------------------------------------------------
-# The bench reports no timings without a GPU (interpreter timings are not GPU timings). So that the
-# loop still works end to end on a CPU machine (tests, the CPU main job), a correct candidate is
-# timed here by wall clock under the Triton interpreter, in its own subprocess with the bench's
-# key-stripped environment. Such numbers only rank candidates against each other on this machine;
-# results carry gpu_timing=False and extra["timing"] says what they are.
-
-CPU_TIMING_NOTE = "CPU wall clock under the Triton interpreter: ranks candidates on this machine, not GPU timings"
-
-
-def _cpu_time_child() -> int:
-    import statistics
-    import sys
-
-    req = json.loads(sys.stdin.read())
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    from autokernel.bench.checks import make_inputs
-    from autokernel.kernelfile import entry_point, import_kernel, parse_source
-    from autokernel.kernels import get_spec
-    from autokernel.kernels.spec import to_dtype
-
-    spec = get_spec(req["kernel_type"])
-    fn = entry_point(import_kernel(parse_source(req["source"])))
-    shapes = req.get("shapes") or spec.small_shapes
-    weights = req.get("weights") or [1] * len(shapes)
-    dtype = to_dtype(req.get("dtype") or "float32")
-    total = {"latency_us": 0.0, "latency_iqr_us": 0.0, "eager_us": 0.0}
-    for shape, w in zip(shapes, weights):
-        args = make_inputs(spec, shape, dtype, "cpu", 1234)
-        for name, f in (("latency", fn), ("eager", spec.reference)):
-            f(*args)  # warm-up
-            samples, budget = [], time.perf_counter() + float(req.get("seconds_per_shape", 1.0))
-            while len(samples) < 5 or (len(samples) < 50 and time.perf_counter() < budget):
-                t = time.perf_counter()
-                f(*args)
-                samples.append((time.perf_counter() - t) * 1e6)
-            q = statistics.quantiles(samples, n=4)
-            total[f"{name}_us"] += w * statistics.median(samples)
-            if name == "latency":
-                total["latency_iqr_us"] += w * (q[2] - q[0])
-    sys.stdout.write(json.dumps(total))
-    return 0
-
-
-def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, dtype=None,
-                  timeout_s: float = 300.0) -> dict[str, float]:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from autokernel.bench.isolation import clean_env, kill_group
-    from autokernel.errors import BenchError
-
-    env = clean_env()
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("TRITON_INTERPRET", "1")
-    req = {"source": source, "kernel_type": kernel_type, "shapes": shapes, "weights": weights, "dtype": dtype}
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from autokernel.loop import _cpu_time_child; "
-                             "sys.exit(_cpu_time_child())"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(json.dumps(req).encode(), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        raise BenchError(f"CPU timing exceeded {timeout_s:.0f} s") from None
-    except BaseException:  # Ctrl-C: the child is in its own session and would run on
-        kill_group(proc)
-        raise
-    if proc.returncode != 0:
-        raise BenchError(f"CPU timing failed: {err.decode(errors='replace')[-1500:]}")
-    return json.loads(out)
-
-
-class CPUTimedJudge:
-    """Wraps a bench judge: a correct result without timings gets CPU wall-clock numbers."""
-
-    def __init__(self, judge: Judge):
-        self.judge = judge
-
-    def __call__(self, source: str, **kw):
-        res = self.judge(source=source, **{k: v for k, v in kw.items()})
-        if res.correct and res.latency_us is None:
-            t = cpu_wallclock(source, kernel_type=kw["kernel_type"], shapes=kw.get("shapes"),
-                              weights=kw.get("weights"), dtype=kw.get("dtype"),
-                              timeout_s=kw.get("timeout_s", 300.0))
-            res.latency_us, res.latency_iqr_us, res.eager_us = t["latency_us"], t["latency_iqr_us"], t["eager_us"]
-            # eager_us is kept for the record; a speed-up of interpreted Triton over native
-            # PyTorch means nothing, so none is claimed (the orchestrator then uses vs-baseline)
-            res.speedup_vs_eager = None
-            res.gpu_timing = False
-            res.extra["timing"] = CPU_TIMING_NOTE
-        return res

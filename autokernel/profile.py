@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -314,33 +313,49 @@ def _sync(device: torch.device) -> None:
 
 
 def time_forward(bundle: ModelBundle, iters: int = 10, warmup: int = 2, model: nn.Module | None = None,
-                 inputs: Any = None) -> float:
-    """Median milliseconds of one forward pass: CUDA events on a GPU, perf_counter on the CPU."""
+                 inputs: Any = None, cpu_budget_s: float = 2.0) -> float:
+    """Median milliseconds of one forward pass: CUDA events on a GPU, `iters` times. On the CPU
+    perf_counter with torch pinned to one thread (autokernel.cpu_timing), at least `iters` times
+    and more while under `cpu_budget_s`: a default thread pool on a busy machine is noise."""
+    if bundle.device.type != "cuda":
+        from autokernel.cpu_timing import pinned_threads, repeat
+
+        with torch.inference_mode(), pinned_threads():
+            for _ in range(warmup):
+                bundle.forward(inputs, model)
+            samples = repeat(lambda: bundle.forward(inputs, model), min_runs=max(1, iters), budget_s=cpu_budget_s)
+        return statistics.median(samples) * 1e3
     times = []
     with torch.inference_mode():
         for _ in range(warmup):
             bundle.forward(inputs, model)
         _sync(bundle.device)
         for _ in range(iters):
-            if bundle.device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                bundle.forward(inputs, model)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                bundle.forward(inputs, model)
-                times.append((time.perf_counter() - t0) * 1e3)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            bundle.forward(inputs, model)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
     return statistics.median(times)
 
 
 def profile_model(bundle: ModelBundle, warmup: int = 3, iters: int = 5) -> ProfileResult:
-    """Profile `iters` forward passes after `warmup` ones; entries ranked by time, "other" last."""
+    """Profile `iters` forward passes after `warmup` ones; entries ranked by time, "other" last.
+    On the CPU torch is pinned to one thread for it (autokernel.cpu_timing)."""
+    on_gpu = bundle.device.type == "cuda"
+    if not on_gpu:
+        # CPU self times with the default thread pool rank different ops from run to run
+        from autokernel.cpu_timing import pinned_threads
+
+        with pinned_threads():
+            return _profile(bundle, warmup, iters, on_gpu)
+    return _profile(bundle, warmup, iters, on_gpu)
+
+
+def _profile(bundle: ModelBundle, warmup: int, iters: int, on_gpu: bool) -> ProfileResult:
     from torch.profiler import ProfilerActivity, profile
 
-    on_gpu = bundle.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with torch.inference_mode(), instrument(bundle.model) as tracker:
         for _ in range(warmup):

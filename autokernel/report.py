@@ -33,6 +33,11 @@ class ReportRow:
     values: dict[str, Any]  # COLUMNS -> value (None when missing)
     kernel: str  # kernel name, or the type when the experiment has no kernel row
     share: float = 0.0  # the kernel's share of model time (0 when unknown)
+    proposer: str = ""  # "baseline" for a kernel's starting point in a run (not counted as an experiment)
+
+    @property
+    def starting_point(self) -> bool:
+        return self.proposer == "baseline"
 
 
 def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
@@ -51,7 +56,7 @@ def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
             "commit": e.commit, "speedup_vs_compile": e.speedup_vs_compile, "gbps": e.gbps,
             "backend": e.backend, "run": e.run_id,
         }
-        rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0))
+        rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0, e.proposer))
     return rows
 
 
@@ -124,13 +129,14 @@ class KernelSummary:
     kernel_type: str
     backend: str
     share: float
-    experiments: int
+    experiments: int  # without its starting points, as the loop counts
     kept: int
     failed: int  # incorrect, crashed, timeout
     best_vs_eager: Optional[float]
     best_vs_compile: Optional[float]
     best_latency_us: Optional[float]
     baseline_latency_us: Optional[float]
+    starting_points: int = 0
 
 
 def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
@@ -150,7 +156,8 @@ def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
                      if r.values["status"] == "baseline" and r.values["latency_us"] is not None]
         out.append(KernelSummary(
             kernel=name, kernel_type=group[0].values["kernel_type"], backend=group[0].values["backend"],
-            share=group[0].share, experiments=len(group),
+            share=group[0].share, experiments=sum(not r.starting_point for r in group),
+            starting_points=sum(r.starting_point for r in group),
             kept=sum(r.values["status"] == "kept" for r in group),
             failed=sum(r.values["status"] in ("incorrect", "crashed", "timeout") for r in group),
             best_vs_eager=best("speedup_vs_pytorch", max), best_vs_compile=best("speedup_vs_compile", max),
@@ -193,10 +200,12 @@ def format_md(rows: list[ReportRow]) -> str:
         base_lat = "–" if s.baseline_latency_us is None else _num(s.baseline_latency_us)
         lines.append(f"| {_md_cell(s.kernel)} | {s.kernel_type} | {s.backend} | {share} | {s.experiments} | {s.kept} "
                      f"| {s.failed} | {_x(s.best_vs_eager)} | {_x(s.best_vs_compile)} | {best_lat} | {base_lat} |")
-    total = len(rows)
+    total = sum(s.experiments for s in summaries)
+    starts = sum(s.starting_points for s in summaries)
     kept = sum(s.kept for s in summaries)
-    overall = f"{total} experiment{'s' if total != 1 else ''} on {len(summaries)} kernel" \
-              f"{'s' if len(summaries) != 1 else ''}, {kept} kept"
+    overall = f"{total} experiment{'s' if total != 1 else ''}" + \
+              (f" (+{starts} starting point{'s' if starts != 1 else ''})" if starts else "") + \
+              f" on {len(summaries)} kernel{'s' if len(summaries) != 1 else ''}, {kept} kept"
     best = max((s for s in summaries if s.best_vs_eager), key=lambda s: s.best_vs_eager, default=None)
     if best is not None:
         overall += f"; best speed-up vs eager PyTorch {_x(best.best_vs_eager)} ({best.kernel})"
@@ -251,28 +260,61 @@ def workloads_md(verify: dict[str, Any]) -> str:
 # -- the progress plot ------------------------------------------------------------------------
 
 
-def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKernel progress") -> Path:
-    """Speed-up vs eager over experiment number, one colour per kernel: kept experiments marked,
-    the others faint, and each kernel's running best as a step line. Written as PNG."""
+@dataclass
+class Plotted:
+    """What plot_progress drew, for the CLI to say."""
+
+    path: Path
+    basis: str  # "eager": speed-up over eager PyTorch | "start": over each kernel's start | "none"
+    points: int  # experiments drawn
+    note: str  # one line on what the y axis is (or why nothing is drawn)
+
+
+START_NOTE = ("speed-up over each kernel's starting kernel: these experiments have no eager timing "
+              "(CPU timings under the Triton interpreter), so they are compared with their start")
+
+
+def _speedups(rows: list[ReportRow]) -> tuple[str, dict[int, float]]:
+    """(basis, row index -> speed-up) for the plot: over eager where measured (a GPU run), else over
+    the kernel's starting point (what a CPU run measures), else nothing."""
+    eager = {i: r.values["speedup_vs_pytorch"] for i, r in enumerate(rows)
+             if r.values["speedup_vs_pytorch"] is not None}
+    if eager:
+        return "eager", eager
+    start: dict[str, float] = {}
+    for r in rows:
+        if r.values["status"] == "baseline" and r.values["latency_us"] and r.kernel not in start:
+            start[r.kernel] = r.values["latency_us"]
+    vs_start = {i: start[r.kernel] / r.values["latency_us"] for i, r in enumerate(rows)
+                if r.kernel in start and r.values["latency_us"]}
+    return ("start", vs_start) if vs_start else ("none", {})
+
+
+def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKernel progress") -> Plotted:
+    """Speed-up over experiment number, one colour per kernel: kept experiments marked, the others
+    faint, and each kernel's running best as a step line. Written as PNG. The speed-up is over eager
+    PyTorch where the experiments timed it, else over each kernel's start (a CPU run), and the axis
+    says which; with no timings at all the picture says why it is empty."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    basis, speedup = _speedups(rows)
     several_runs = len({r.values["run"] for r in rows}) > 1
     fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
     try:
-        groups: dict[str, list[tuple[int, ReportRow]]] = {}
-        for i, row in enumerate(rows, start=1):
-            x = i if several_runs else (row.values["experiment"] or i)
-            groups.setdefault(row.kernel, []).append((x, row))
+        groups: dict[str, list[tuple[int, int, ReportRow]]] = {}
+        for i, row in enumerate(rows):
+            x = i + 1 if several_runs else (row.values["experiment"] or i + 1)
+            groups.setdefault(row.kernel, []).append((x, i, row))
         colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for idx, (name, pts) in enumerate(groups.items()):
             colour = colours[idx % len(colours)]
-            measured = [(x, r) for x, r in pts if r.values["speedup_vs_pytorch"] is not None]
-            faint = [(x, r.values["speedup_vs_pytorch"]) for x, r in measured if r.values["status"] not in ACHIEVED]
-            kept = [(x, r.values["speedup_vs_pytorch"]) for x, r in measured if r.values["status"] in ACHIEVED]
+            measured = [(x, speedup[i], r) for x, i, r in pts if i in speedup]
+            faint = [(x, y) for x, y, r in measured if r.values["status"] not in ACHIEVED]
+            kept = [(x, y) for x, y, r in measured if r.values["status"] in ACHIEVED]
             if faint:
                 ax.scatter(*zip(*faint), s=14, color=colour, alpha=0.25, linewidths=0)
             if kept:
@@ -280,20 +322,26 @@ def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKer
                            label=f"{name} (kept)")
                 # running best: the branch head's speed-up after each experiment
                 xs, ys, best = [], [], None
-                for x, r in measured:
-                    sp = r.values["speedup_vs_pytorch"]
-                    if r.values["status"] in ACHIEVED and (best is None or sp > best):
-                        best = sp
+                for x, y, r in measured:
+                    if r.values["status"] in ACHIEVED and (best is None or y > best):
+                        best = y
                     if best is not None:
                         xs.append(x)
                         ys.append(best)
                 ax.step(xs, ys, where="post", color=colour, linewidth=1.6, alpha=0.9)
         if not rows:
-            ax.text(0.5, 0.5, "no experiments yet", ha="center", va="center", transform=ax.transAxes)
+            note = "no experiments yet"
+        elif basis == "none":
+            note = "nothing to plot: no experiment has a timing (every one failed or was not timed)"
+        else:
+            note = "speed-up vs eager PyTorch" if basis == "eager" else START_NOTE
+        if basis == "none":
+            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, wrap=True)
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xlabel("experiment (all runs, in order)" if several_runs else "experiment")
-        ax.set_ylabel("speed-up vs eager PyTorch")
-        ax.set_title(title)
+        ax.set_ylabel("speed-up vs its starting kernel (CPU timings)" if basis == "start"
+                      else "speed-up vs eager PyTorch")
+        ax.set_title(title if basis != "start" else f"{title}: CPU timings, not GPU speed")
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
@@ -302,7 +350,7 @@ def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKer
         fig.savefig(path, format="png")
     finally:
         plt.close(fig)
-    return path
+    return Plotted(path=path, basis=basis, points=len(speedup), note=note)
 
 
 def latest_workloads_md(store, run_id: Optional[int] = None) -> str:

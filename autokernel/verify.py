@@ -36,6 +36,7 @@ import torch
 
 from autokernel.amdahl import model_speedup
 from autokernel.apply_model import best_kernels
+from autokernel.cpu_timing import CPU_LABEL
 from autokernel.extract import resolve_profile
 from autokernel.models import ModelBundle, load_model, output_tensor
 from autokernel.ops import KernelOp, register_source
@@ -217,16 +218,20 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
            batch: int | None = None, seq: int | None = None, dtype: str | None = None, device: str | None = None,
            kernels: list[str] | None = None, time_iters: int | None = None,
            with_compile: bool | None = None, record: bool = True,
-           bundle: ModelBundle | None = None, min_speedup: float | None = None,
+           bundle: ModelBundle | None = None, min_speedup: float | None = None, only_kept: bool = False,
            workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
            compile_backend: str = "inductor", progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Plug the best kernels into the model, check outputs, time it at its workloads; see module doc.
 
     min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the
     optimized model; default 1.0 on the GPU, none on the CPU (CPU times say nothing of GPU speed,
-    so there every correct kernel goes in, to prove correctness). workloads / modes: what to time
-    (default: every workload of the model and every mode on a GPU; the profile's workload in eager
-    mode on a CPU; with_compile=True adds torch.compile there)."""
+    so there every correct kernel goes in, to prove correctness). only_kept: plug only kernels the
+    loop kept an experiment of (or whose start was timed faster than eager); what the loop's verify
+    uses, so that a CPU run does not spend minutes interpreting starters it never improved.
+    workloads / modes: what to time (default: every workload of the model and every mode on a GPU;
+    the profile's workload in eager mode on a CPU; with_compile=True adds torch.compile there).
+    progress: called with a line before each step (a large model on a CPU takes minutes)."""
+    progress = progress or (lambda message: None)
     if run_id is not None:
         run = store.get_run(run_id)
         model = model or run.model
@@ -241,6 +246,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     if device is None and opts.get("device"):
         device = "cuda" if opts["device"].startswith("cuda") and torch.cuda.is_available() else "cpu"
     if bundle is None:
+        progress(f"loading {model}")
         bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
     on_gpu = bundle.device.type == "cuda"
 
@@ -248,11 +254,15 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         min_speedup = 1.0
 
     inputs = bundle.make_inputs(FRESH_SEED)
+    progress("the reference output")
     ref, tol, reference, eager_error, no_copy = reference_output(bundle, inputs)
 
     verdicts: list[KernelVerdict] = []
     good: dict[str, KernelOp] = {}
-    for kept in best_kernels(store, workspace, model, kernels):
+    skipped: list[str] = []
+    candidates = best_kernels(store, workspace, model, kernels, only_kept=only_kept, skipped=skipped)
+    for i, kept in enumerate(candidates, 1):
+        progress(f"[{i}/{len(candidates)}] {kept.name} plugged in alone")
         speedup = kept.speedup
         v = KernelVerdict(name=kept.name, kernel_type=kept.kernel_type, source=kept.origin,
                           speedup=speedup if speedup is not None else 1.0, measured=speedup is not None,
@@ -291,7 +301,10 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
                             f"{REL_TOLERANCE[bundle.dtype_name]:g})")
     if bundle.input_fn is None:
         result.notes.append("the factory gives no input generator: checked on its example inputs, not fresh ones")
+    if skipped:
+        result.notes.append(f"not plugged (nothing kept by the loop): {', '.join(skipped)}")
     if good:
+        progress(f"{len(good)} kernel(s) plugged in together")
         out, rep = _run_model(bundle, inputs, good)
         result.rel_error, result.max_abs_error = compare(out, ref)
         result.ok = result.rel_error <= tol
@@ -308,10 +321,11 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         if modes is None and with_compile is not None:
             modes = MODES if with_compile else ("eager",)
             modes = modes if on_gpu else tuple(m for m in modes if m != "reduce-overhead")
+        progress("timing the model at its workloads")
         _time_workloads(bundle, good, result, workloads, modes, iters, compile_backend, progress)
         if not on_gpu:
-            result.notes.append("timed on the CPU (Triton interpreter when no GPU): the times say nothing "
-                                "about GPU speed")
+            result.notes.append(f"timed on the CPU ({CPU_LABEL}, median of repeated forward passes; the "
+                                "Triton interpreter when no GPU): the times say nothing about GPU speed")
     result.amdahl_prediction = model_speedup((v.share, v.gain) for v in result.plugged)
 
     if record:

@@ -329,6 +329,14 @@ class WorkloadTimer:
     # -- one workload -----------------------------------------------------------------------------------
 
     def run(self, workload: Workload) -> WorkloadResult:
+        if self.bundle.device.type == "cpu":
+            from autokernel.cpu_timing import pinned_threads
+
+            with pinned_threads():  # CPU timings vary several-fold with the thread pool's contention
+                return self._run(workload)
+        return self._run(workload)
+
+    def _run(self, workload: Workload) -> WorkloadResult:
         res = WorkloadResult(workload.label, workload.spec)
         run = WorkloadRun(self.bundle, workload)
         try:

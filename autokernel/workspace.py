@@ -19,16 +19,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
-import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
 from autokernel.errors import NotFoundError, WorkspaceError
+from autokernel.liveness import owner_alive, this_process
 
 KERNEL_FILE = "kernel.py"
 BRANCH_PREFIX = "kernels/"
@@ -62,45 +61,6 @@ def sanitize(name: str) -> str:
     if safe != name:
         safe = f"{safe}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     return safe
-
-
-def _proc_start_time(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks (Linux), to tell a reused PID from the owner."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may hold spaces; fields after the closing paren are plain
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _proc_is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:].split()[:1] == ["Z"]
-
-
-def owner_alive(owner: dict) -> bool:
-    """Whether the process recorded in an owner file still runs. A process on another host can
-    not be checked and counts as alive (never delete what might be in use)."""
-    if owner.get("host") not in (None, socket.gethostname()):
-        return True
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if _proc_is_zombie(pid):
-        return False
-    recorded = owner.get("start")
-    return recorded is None or _proc_start_time(pid) in (None, recorded)
 
 
 class Workspace:
@@ -254,8 +214,7 @@ class Workspace:
             if owner is not None and owner_alive(owner):
                 raise WorkspaceError(f"worktree {path} is in use by process {owner.get('pid')}")
             self._remove_worktree(path)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start_time(os.getpid()),
-                 "kernel": name, "tag": tag, "created": time.time()}
+        owner = {**this_process(), "kernel": name, "tag": tag, "created": time.time()}
         owner_file.write_text(json.dumps(owner))
         try:
             self._run("worktree", "add", "--detach", str(path), head)

@@ -2,7 +2,9 @@
 # The main job: run AutoKernel's loop on an embedded default, with state in $AUTOKERNEL_HOME
 # (default ./.autokernel): profile a small preset model, extract its bottleneck kernels, optimize
 # them with the offline search proposer for a few minutes, verify the model with the kept kernels
-# plugged in, and report. Run it after `bash scripts/setup.sh`.
+# plugged in, and write the reports (report.md, results.tsv) into the home. Run it after
+# `bash scripts/setup.sh`. Its last screen is the loop's recap: what was optimized, the verified
+# speed-ups, where the kernels are and the commands to run next.
 #   MODEL      the model (default llama-tiny without a GPU, the small `llama` preset with one)
 #   HOURS      the loop's time budget (default 0.05 = 3 minutes with a GPU, 0.1 without)
 #   TOP        how many bottleneck kernels to extract (default 3 without a GPU, 5 with one)
@@ -47,6 +49,16 @@ else
   if has extract; then ak extract --top "$TOP" --backend "$BACKEND"; fi
   if has verify; then ak verify; fi
 fi
-ak report --format md
-mkdir -p "${AUTOKERNEL_HOME:-.autokernel}"
-ak report --format tsv --output "${AUTOKERNEL_HOME:-.autokernel}/results.tsv"
+# the reports go to files, quietly (their messages shown only on a failure): the loop's recap
+# above stays the last screen
+home="${AUTOKERNEL_HOME:-.autokernel}"
+report() {
+  local said
+  if ! said="$(python -m autokernel report "$@" 2>&1)"; then
+    echo "$said" >&2
+    return 1
+  fi
+}
+report --format md --output "$home/report.md"
+report --format tsv --output "$home/results.tsv"
+echo "main_job: reports written to $home/report.md and $home/results.tsv"

@@ -78,6 +78,8 @@ def test_hang_is_stopped_by_the_stage_alarm(worker):
     res = _judge(worker, "hang", timeout_s=4)
     assert res.outcome == TIMEOUT
     assert "smoke" in res.error
+    # the stage's detail says what happened (a timeout carries no message of its own)
+    assert res.stage("smoke").detail == "exceeded its time limit"
     assert time.monotonic() - t0 < 30
     # The same worker judges the next candidate correctly.
     assert _judge(worker, "good").outcome == CORRECT
@@ -89,6 +91,7 @@ def test_hang_inside_a_triton_kernel(worker):
     res = _judge(worker, "hang_in_kernel", timeout_s=4)
     assert res.outcome == TIMEOUT, res.error
     assert res.stage("smoke").status == "error"
+    assert res.stage("smoke").detail == "exceeded its time limit"
 
 
 @pytest.mark.timeout(120)

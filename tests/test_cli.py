@@ -17,7 +17,7 @@ from autokernel.errors import NotFoundError, SchemaTooNewError, StoreError
 from autokernel.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOW = ("profile", "extract", "bench", "loop", "verify", "export", "kb", "report")
+FLOW = ("profile", "extract", "bench", "loop", "verify", "show", "export", "kb", "report")
 
 
 
@@ -150,3 +150,30 @@ def test_debug_shows_a_traceback(tmp_path):
     debug = _cli("report", "--run", "5", env={**env, "AUTOKERNEL_DEBUG": "1"})
     assert debug.returncode != 0
     assert "Traceback (most recent call last)" in debug.stderr and "NotFoundError" in debug.stderr
+
+
+def _read_only(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """`autokernel ARGS` with `home` mounted read-only (a private mount namespace: root's writes are
+    refused too, which a chmod would not do)."""
+    probe = subprocess.run(["unshare", "-r", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no unprivileged mount namespace here (unshare -r -m)")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "AUTOKERNEL_HOME": str(home)}
+    return subprocess.run(["unshare", "-r", "-m", "sh", "-c", script, str(home), sys.executable, "-m", "autokernel",
+                           *args], capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_a_read_only_home_or_store_is_named_as_such(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    fill_store(home / "autokernel.db")
+    before = (home / "autokernel.db").read_bytes()
+    res = _read_only(home, "report")  # an intact store in a read-only folder
+    assert res.returncode == StoreError.exit_code, res.stderr
+    assert "is read-only" in res.stderr and "damaged" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0
+    res = _read_only(home, "loop", "--model", "llama-tiny")  # a home that exists but cannot be written
+    assert res.returncode == 4 and "the AutoKernel home" in res.stderr and "is read-only" in res.stderr
+    assert "cannot create" not in res.stderr
+    assert (home / "autokernel.db").read_bytes() == before

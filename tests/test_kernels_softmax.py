@@ -73,6 +73,9 @@ def compile_sm90(modname, fname, sig, consts, warps, div16):
     fn = getattr(importlib.import_module(modname), fname)
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}  # what a launch specialises
+    # constexprs keyed by argument position, as the launcher does, and every one given (Triton 3.9
+    # takes no names and no missing constexpr)
+    consts = {(names.index(n),): v for n, v in consts.items()}
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     ptx = k.asm["ptx"]
@@ -88,18 +91,18 @@ def compile_sm90(modname, fname, sig, consts, warps, div16):
             "spill": spill, "regs": regs[0] if regs else None, "ok": r.returncode == 0}
 
 S = "autokernel.kernels.starters."
-row = {"sxr": "i32", "sxc": "constexpr", "syr": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr"}
+row = {"sxr": "i32", "sxc": "constexpr", "syr": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr", "LOG": "constexpr"}
 out = {}
 for dt in ("bf16", "fp32"):
     sig = {"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", **row}
     div = ["x_ptr", "y_ptr", "cols", "sxr", "syr"]
-    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768}, 32, div)
-    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048}, 8, div)
+    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768, "LOG": False}, 32, div)
+    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False}, 8, div)
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32",
            "eps": "fp32", "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "sb": "constexpr", "syr": "i32",
-           "ROWS": "constexpr", "BLOCK_N": "constexpr"}
+           "ROWS": "constexpr", "BLOCK_N": "constexpr", "SHIFTED": "constexpr", "EVEN": "constexpr"}
     out[f"layernorm_4096_{dt}"] = compile_sm90(S + "layernorm", "_layernorm_fused", sig,
-        {"sxc": 1, "sw": 1, "sb": 1, "ROWS": 1, "BLOCK_N": 4096}, 16, ["x_ptr", "w_ptr", "b_ptr", "y_ptr", "cols", "sxr", "syr"])
+        {"sxc": 1, "sw": 1, "sb": 1, "ROWS": 1, "BLOCK_N": 4096, "SHIFTED": False, "EVEN": True}, 16, ["x_ptr", "w_ptr", "b_ptr", "y_ptr", "cols", "sxr", "syr"])
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", "eps": "fp32",
            "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "syr": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr"}
     out[f"rmsnorm_4096_{dt}"] = compile_sm90(S + "rmsnorm", "_rmsnorm_fused", sig,

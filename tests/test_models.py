@@ -112,3 +112,14 @@ def test_unavailable_model_names_what_was_looked_for():
     assert "llama-7b" in text and "gpt2-tiny" in text  # the presets are listed
     with pytest.raises(ModelError, match="unknown model 'lama'"):
         load_model("lama", device="cpu")
+
+
+def test_every_model_the_readme_names_is_a_preset():
+    """The README's list of models (`bert-base-tiny` once stood there for the `bert-tiny` preset)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = readme.split("Models: ", 1)[1].split("The profile is stored", 1)[0]
+    names = [n for n in re.findall(r"`([^`]+)`", listed) if not re.search(r"[/:.]", n)]
+    assert len(names) >= 7 and set(names) == set(PRESETS), names

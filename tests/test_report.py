@@ -177,3 +177,64 @@ def test_report_command_does_not_import_torch(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "TORCH False" in res.stderr
     assert res.stdout.startswith(HEADER) and "llama.rmsnorm" in res.stdout
+
+
+def _cpu_run(db: Path) -> int:
+    """A loop run as the CPU records it: latencies (CPU timings), no speed-up over eager; each
+    kernel's start is a baseline row of the run."""
+    with Store(db) as store:
+        run = store.create_run("loop", model="llama-tiny")
+        for name, share, start, later in (("llama-tiny.rmsnorm", 0.2, 500.0, (450.0, 520.0, 400.0)),
+                                          ("llama-tiny.softmax", 0.1, 300.0, (310.0,))):
+            k = store.add_kernel(name, name.split(".")[1], model="llama-tiny", share=share)
+            common = dict(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, correctness="PASS")
+            store.add_experiment(**common, proposer="baseline", status="baseline", latency_us=start)
+            best = start
+            for lat in later:
+                kept = lat < best
+                best = min(best, lat)
+                store.add_experiment(**common, proposer="search", status="kept" if kept else "reverted", latency_us=lat)
+        k = store.get_kernel("llama-tiny.softmax")
+        store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type="softmax", proposer="search", status="crashed",
+                             correctness="ERROR")
+    return run.id
+
+
+def test_a_cpu_run_is_plotted_against_each_kernels_start(home, run_cli, tmp_path):
+    from autokernel.report import plot_progress
+
+    run_id = _cpu_run(home.db)
+    with Store(home.db) as store:
+        rows = build_rows(store, run_id)
+    drawn = plot_progress(rows, tmp_path / "cpu.png")
+    # every timed row is a point: 2 starts, 4 later experiments (the crashed one has no timing)
+    assert (drawn.basis, drawn.points) == ("start", 6)
+    assert "CPU timings" in drawn.note and "starting kernel" in drawn.note
+    code, _, err = run_cli("report", "--run", str(run_id), "--plot", str(tmp_path / "cli.png"))
+    assert code == 0 and "CPU timings" in err
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(tmp_path / "cli.png")
+    assert len({tuple(px) for px in img.reshape(-1, img.shape[-1])[::7].tolist()}) > 20
+
+
+def test_a_plot_without_any_timing_says_why(home, run_cli, tmp_path):
+    with Store(home.db) as store:
+        run = store.create_run("loop", model="m")
+        store.add_experiment(run_id=run.id, kernel_type="softmax", status="crashed", correctness="ERROR")
+    code, _, err = run_cli("report", "--plot", str(tmp_path / "none.png"))
+    assert code == 0 and "nothing to plot: no experiment has a timing" in err
+
+
+def test_the_report_counts_experiments_as_the_loop_does(home):
+    """Starting points are not experiments in either: the loop's summary and the report agree."""
+    from autokernel.loop import summarize as loop_summary
+
+    run_id = _cpu_run(home.db)
+    with Store(home.db) as store:
+        loop = loop_summary(store, run_id)
+        md = format_md(build_rows(store, run_id))
+    assert (loop.experiments, loop.starting_points, loop.kept) == (5, 2, 2)
+    assert "5 experiments (+2 starting points) on 2 kernels, 2 kept" in md
+    rms = next(line for line in md.splitlines() if line.startswith("| llama-tiny.rmsnorm"))
+    assert [c.strip() for c in rms.strip("|").split("|")][4:6] == ["3", "2"]

@@ -107,6 +107,14 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return CRASHED, False
 
 
+def exception_detail(exc: BaseException, outcome: str) -> str:
+    """A stage's detail for what it raised; never a bare `Name: ` (a timeout carries no message)."""
+    if outcome == TIMEOUT:
+        return "exceeded its time limit"
+    text = str(exc)[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _snapshot_bench() -> dict:
     """The judge's own functions as loaded. Candidate code runs in this process, so a file that
     patches the bench (say checks.compare -> no-op) must be caught: compared after every stage."""
@@ -231,7 +239,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         exc = _root(exc)
         res.outcome = outcome
         if stage != "load" and stage != "timing" and not any(s.name == stage for s in res.stages):
-            res.stages.append(StageVerdict(stage, "error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+            res.stages.append(StageVerdict(stage, "error", exception_detail(exc, outcome)))
         if outcome == TIMEOUT:
             res.error = f"{stage}: exceeded its time limit"
         elif isinstance(exc, KernelFileError):

@@ -1,5 +1,5 @@
 """The `autokernel` command: one Typer app, command groups registered in the order of the flow
-profile -> extract -> bench -> loop -> verify -> export -> kb -> report."""
+profile -> extract -> bench -> loop -> verify -> show -> export -> kb -> report."""
 
 from __future__ import annotations
 
@@ -46,8 +46,9 @@ from autokernel.cli import loop as _loop  # noqa: E402
 from autokernel.cli import profile as _profile  # noqa: E402
 from autokernel.cli import verify as _verify  # noqa: E402
 from autokernel.cli import report as _report  # noqa: E402
+from autokernel.cli import show as _show  # noqa: E402
 
-_COMMAND_MODULES: tuple = (_profile, _extract, _bench, _loop, _verify, _export, _kb, _report)
+_COMMAND_MODULES: tuple = (_profile, _extract, _bench, _loop, _verify, _show, _export, _kb, _report)
 
 for _module in _COMMAND_MODULES:
     _module.register(app)

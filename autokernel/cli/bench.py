@@ -31,6 +31,23 @@ def _resolve_kernel(kernel: str, backend: str) -> Path:
                       hint=f"types: {', '.join(KERNEL_TYPES)}")
 
 
+def parse_shapes(spec, texts: List[str]) -> list[dict]:
+    """--shape values as the spec's shape dicts; a malformed or non-positive one is a usage error
+    naming --shape (it must never reach the judge, where it would look like the kernel's fault)."""
+    shapes = []
+    for text in texts:
+        try:
+            shape = spec.parse_shape(text)
+        except ValueError as exc:
+            why = str(exc) if "shape" in str(exc) else f"expected {'x'.join(spec.shape_keys)} as integers"
+            raise typer.BadParameter(f"{text!r}: {why}", param_hint="'--shape'") from None
+        bad = [k for k, v in shape.items() if v < 1 and not (k == "causal" and v == 0)]
+        if bad:
+            raise typer.BadParameter(f"{text!r}: {', '.join(bad)} must be at least 1", param_hint="'--shape'")
+        shapes.append(shape)
+    return shapes
+
+
 def _table(res, path: Path):
     from rich.table import Table
 
@@ -87,6 +104,17 @@ def bench_command(
         raise ConfigError(f"--backend must be triton or cuda, not {backend!r}")
     if kernel is None and not calibrate_:
         raise ConfigError("give a kernel file or a kernel type", hint="e.g. autokernel bench softmax")
+    # every option is checked before the worker starts and before anything is recorded
+    path = kf = spec = None
+    if kernel is not None:
+        path = _resolve_kernel(kernel, backend)
+        kf = read_kernel_file(path)
+        spec = get_spec(kf.kernel_type)
+    shapes = parse_shapes(spec, shape) if shape and spec is not None else None
+    try:
+        dt = dtype_name(dtype) if dtype else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--dtype'") from None
     paths = ctx.obj.ensure()
     with Store(paths.db) as store, BenchWorker() as worker:
         interpreted = bool(worker.info.get("interpreted"))
@@ -103,14 +131,6 @@ def bench_command(
                     (err if as_json else out).print(msg, highlight=False)
         if kernel is None:
             return
-        path = _resolve_kernel(kernel, backend)
-        kf = read_kernel_file(path)
-        spec = get_spec(kf.kernel_type)
-        try:
-            shapes = [spec.parse_shape(s) for s in shape] if shape else None
-            dt = dtype_name(dtype) if dtype else None
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
         res = worker.judge(path, shapes=shapes, dtype=dt, quick=quick, timeout_s=timeout,
                            ceilings=ceilings_of(device) if device is not None else None,
                            gpu_compile=gpu_compile and interpreted)

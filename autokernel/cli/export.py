@@ -12,12 +12,12 @@ from autokernel.cli.console import err, out
 
 def export_command(
     ctx: typer.Context,
-    kernel: str = typer.Argument(..., help="Kernel name in the store (e.g. llama-7b.rmsnorm) or a kernel file."),
+    kernel: str = typer.Argument(..., help="Kernel name in the store (llama-7b.rmsnorm, or rmsnorm when one kernel fits) or a kernel file."),
     repo_id: str = typer.Option(..., "--repo-id", help="Hub repository, ORG/NAME."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Export folder (default <home>/exports/NAME)."),
     push: bool = typer.Option(False, "--push", help="Upload to the Hub (token from HF_TOKEN or the login)."),
     commit: Optional[str] = typer.Option(None, "--commit", help="Export this commit instead of the best kept one."),
-    experiment: Optional[int] = typer.Option(None, "--experiment", help="Export this experiment's commit."),
+    experiment: Optional[int] = typer.Option(None, "--experiment", min=1, help="Export this experiment's commit."),
     version: int = typer.Option(1, "--version", min=0, help="Kernel major version (branch v<N> on the Hub)."),
     build: Optional[bool] = typer.Option(None, "--build/--no-build",
                                          help="Build the CUDA variant here (default: when nvcc and a CUDA torch exist)."),

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     def extract_cmd(
         ctx: typer.Context,
         profile: Optional[int] = typer.Option(None, "--profile", help="Profile id (default: the latest)."),
-        top: int = typer.Option(5, "--top", help="How many bottlenecks to extract."),
+        top: int = typer.Option(5, "--top", min=1, help="How many bottlenecks to extract."),
         backend: str = typer.Option("triton", "--backend", help="triton | cuda"),
         as_json: bool = typer.Option(False, "--json", help="Print the kernels as JSON."),
     ) -> None:

@@ -10,6 +10,8 @@ import typer
 from rich.table import Table
 
 from autokernel.cli.console import err, out
+from autokernel.cli.options import positive
+from autokernel.cli.runlog import RunLog, tee
 
 kb_app = typer.Typer(help="KernelBench: list problems, optimize them (kb run), score the results (kb score).",
                      no_args_is_help=True, add_completion=False)
@@ -34,7 +36,7 @@ def _num(v, spec: str = ".2f") -> str:
 @kb_app.command("list")
 def list_cmd(
     ctx: typer.Context,
-    level: Optional[int] = typer.Option(None, "--level", help="Only this level (1-4)."),
+    level: Optional[int] = typer.Option(None, "--level", min=1, max=4, help="Only this level (1-4)."),
     source: str = typer.Option("auto", "--source", help=_SOURCE_HELP),
     kb_path: Optional[str] = typer.Option(None, "--kb-path", help="KernelBench checkout (or $KERNELBENCH_PATH)."),
     size: str = typer.Option("auto", "--size", help="auto (tiny for the sample set without a GPU), default (GPU sizes), "
@@ -62,7 +64,7 @@ def list_cmd(
         note = ("degenerate: " + r["degenerate"]) if r["degenerate"] else (r["error"] or "")
         t.add_row(str(r["level"]), str(r["problem_id"]), r["name"], r["status"], r["start"] or "-", str(r["experiments"]),
                   _num(r["speedup_vs_eager"]), _num(r["speedup_vs_compile"]), note[:80])
-    out.print(t, width=max(out.width, 140))
+    out.print(t)
 
 
 class _Progress:
@@ -106,21 +108,21 @@ class _Progress:
 @kb_app.command("run")
 def run_cmd(
     ctx: typer.Context,
-    level: Optional[int] = typer.Option(None, "--level", help="Level 1-4 (required unless --resume)."),
+    level: Optional[int] = typer.Option(None, "--level", min=1, max=4, help="Level 1-4 (required unless --resume)."),
     problems: Optional[str] = typer.Option(None, "--problems", help="Problem ids, comma-separated (default: all)."),
-    experiments_per_problem: Optional[int] = typer.Option(3, "--experiments-per-problem", "-k",
+    experiments_per_problem: Optional[int] = typer.Option(3, "--experiments-per-problem", "-k", min=0,
                                                           help="Experiments per problem after its starting point."),
-    hours: Optional[float] = typer.Option(None, "--hours", help="Time budget of the whole run (default 8)."),
+    hours: Optional[float] = typer.Option(None, "--hours", callback=positive, help="Time budget of the whole run (default 8)."),
     agent: str = typer.Option("search", "--agent", help="Proposer: search (offline) or llm."),
     source: str = typer.Option("auto", "--source", help=_SOURCE_HELP),
     kb_path: Optional[str] = typer.Option(None, "--kb-path", help="KernelBench checkout (or $KERNELBENCH_PATH)."),
     size: str = typer.Option("auto", "--size", help="auto (tiny for the sample set without a GPU), default (GPU sizes), "
                                                    "or tiny (sample problems scaled down for CPU runs)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the latest kb run."),
-    resume_run: Optional[int] = typer.Option(None, "--resume-run", help="Continue kb run RUN."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the latest kb run that got as far as an experiment."),
+    resume_run: Optional[int] = typer.Option(None, "--resume-run", min=1, help="Continue kb run RUN."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (agent llm)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (agent llm)."),
-    timeout_s: float = typer.Option(600.0, "--timeout", help="Time limit of one judgement, seconds."),
+    timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one judgement, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress)."),
 ) -> None:
     """Optimize KernelBench problems: initial ModelNew from the kernel library, then the loop."""
@@ -128,20 +130,23 @@ def run_cmd(
     from autokernel.store import Store
     from autokernel.workspace import Workspace
 
+    ids = _ids(problems)
     paths = ctx.obj.ensure()
     progress = _Progress(live=out.is_terminal, quiet=as_json)
+    log = RunLog(paths.logs, "kb")
     with Store(paths.db) as store:
         workspace = Workspace.open(paths)
         if progress.live is not None:
             progress.live.start()
         try:
-            summary = kb_run(store, workspace, level=level, ids=_ids(problems), source=source, kb_path=kb_path,
+            summary = kb_run(store, workspace, level=level, ids=ids, source=source, kb_path=kb_path,
                              size=size, experiments_per_problem=experiments_per_problem, hours=hours, agent=agent,
                              resume=resume_run if resume_run is not None else resume, llm_model=llm_model,
-                             provider=provider, timeout_s=timeout_s, on_event=progress)
+                             provider=provider, timeout_s=timeout_s, on_event=tee(progress, log))
         finally:
             if progress.live is not None:
                 progress.live.stop()
+            log.close()
     if as_json:
         out.print_json(json.dumps(summary.to_dict(), default=str))
     else:
@@ -153,7 +158,7 @@ def run_cmd(
             t.add_row(str(p["problem_id"]), p["name"] or "", p["start"] or "", p["baseline_status"] or "",
                       _num(p["best_us"], ".1f"), _num(p["speedup_vs_eager"]), _num(p["speedup_vs_compile"]),
                       str(p["experiments"]), str(p["kept"]), note[:60])
-        out.print(t, width=max(out.width, 140))
+        out.print(t)
         out.print(f"{summary.experiments} experiments, {summary.kept} kept; stopped: {summary.stop_reason}",
                   highlight=False)
     if summary.status == "interrupted":
@@ -203,7 +208,7 @@ def markdown(result: dict[str, Any]) -> str:
 @kb_app.command("score")
 def score_cmd(
     ctx: typer.Context,
-    level: Optional[int] = typer.Option(None, "--level", help="Only this level."),
+    level: Optional[int] = typer.Option(None, "--level", min=1, max=4, help="Only this level (1-4)."),
     source: Optional[str] = typer.Option(None, "--source", help="Only this source (sample, checkout, hf)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     md: bool = typer.Option(False, "--markdown", help="Print a markdown summary."),
@@ -238,7 +243,7 @@ def score_cmd(
         for base in ("eager", "compile"):
             t.add_row(base, *[_fmt_pct(v) for v in lv[f"fast_p_vs_{base}"].values()],
                       _num(lv[f"geomean_speedup_vs_{base}"], ".3f"))
-        out.print(t, width=max(out.width, 120))
+        out.print(t)
         if lv["degenerate"]:
             out.print("degenerate (apart): " + ", ".join(f"{d['problem_id']}_{d['name']}" for d in lv["degenerate"]),
                       highlight=False)

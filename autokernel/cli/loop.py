@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from autokernel.cli.console import err, out
+from autokernel.cli.console import out
+from autokernel.cli.options import positive
+from autokernel.cli.recap import recap_lines
+from autokernel.cli.runlog import RunLog, tee
 
 
 def _fmt_s(s: float | None) -> str:
@@ -88,19 +93,19 @@ def register(app: typer.Typer) -> None:
     def loop_cmd(
         ctx: typer.Context,
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model preset, transformers id/dir, or file.py:factory."),
-        hours: Optional[float] = typer.Option(None, "--hours", help="Time budget in hours (default 8; a resumed run keeps its own and counts time already spent)."),
-        max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="Stop after N experiments in the run."),
+        hours: Optional[float] = typer.Option(None, "--hours", callback=positive, help="Time budget in hours (default 8; a resumed run keeps its own and counts time already spent)."),
+        max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=1, help="Stop after N experiments in the run."),
         agent: str = typer.Option("search", "--agent", help="Proposer: search (offline) or llm."),
         kernels: Optional[str] = typer.Option(None, "--kernels", help="Only these kernel types, comma-separated."),
         backend: str = typer.Option("triton", "--backend", help="triton or cuda."),
         resume: Optional[int] = typer.Option(None, "--resume", help="Continue loop run RUN."),
-        batch: int = typer.Option(1, "--batch"),
-        seq: Optional[int] = typer.Option(None, "--seq"),
+        batch: int = typer.Option(1, "--batch", min=1, help="Batch size of the model's inputs."),
+        seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (default: the preset's)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
-        top: int = typer.Option(5, "--top", help="Kernels to extract when the model is new."),
+        top: int = typer.Option(5, "--top", min=1, help="Kernels to extract when the model is new."),
         llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (or $AUTOKERNEL_LLM_MODEL)."),
         provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (or $AUTOKERNEL_LLM_PROVIDER)."),
-        timeout_s: float = typer.Option(600.0, "--timeout", help="Time limit of one bench judgement, seconds."),
+        timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
         no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
     ) -> None:
@@ -111,6 +116,7 @@ def register(app: typer.Typer) -> None:
 
         paths = ctx.obj.ensure()
         display = Display(live=not as_json and out.is_terminal)
+        log = RunLog(paths.logs, "loop")
         types = [t.strip() for t in kernels.split(",") if t.strip()] if kernels else None
         with Store(paths.db) as store:
             workspace = Workspace.open(paths)
@@ -121,31 +127,36 @@ def register(app: typer.Typer) -> None:
                                    agent=agent, kernels=types, backend=backend, resume_run_id=resume, batch=batch,
                                    seq=seq, dtype=dtype, top=top, llm_model=llm_model, provider=provider,
                                    timeout_s=timeout_s, verify=not no_verify,
-                                   on_event=display if not as_json else None)
+                                   on_event=tee(None if as_json else display, log))
             finally:
                 if display.live is not None:
                     display.live.stop()
+                log.close()
         if as_json:
             out.print_json(json.dumps(summary.to_dict(), default=str))
         else:
-            print_summary(summary)
+            print_summary(summary, table=display.live is None, log=_shown(log.path))
         if summary.status == "interrupted":
             raise typer.Exit(130)
 
 
-def print_summary(summary) -> None:
-    out.print(kernels_table(summary.kernels, title=f"loop run {summary.run_id} ({summary.model}, {summary.agent}): "
-                                                   f"{summary.status}"), width=max(out.width, 150))
-    per_hour = summary.experiments / (summary.elapsed_s / 3600) if summary.elapsed_s else 0.0
-    out.print(f"{summary.experiments} experiments, {summary.kept} kept, {_fmt_s(summary.elapsed_s)} spent "
-              f"({per_hour:.0f}/hour, median {_num(summary.median_experiment_s, '.1f')} s each); "
-              f"stopped: {summary.stop_reason}", highlight=False)
-    out.print(f"predicted end-to-end speed-up (Amdahl): {summary.predicted_speedup:.3f}x", highlight=False)
-    if summary.verify:
-        v = summary.verify
-        keys = [k for k in ("ok", "speedup_vs_eager", "speedup_vs_compile", "amdahl_prediction", "eager_ms", "plugged_ms") if v.get(k) is not None]
-        out.print("verified: " + ", ".join(f"{k} {v[k]}" for k in keys), highlight=False)
-    elif summary.verify_error:
-        err.print(f"verify: {summary.verify_error}", highlight=False)
-    if summary.status == "interrupted":
-        out.print(f"interrupted; continue with: autokernel loop --resume {summary.run_id}", highlight=False)
+def _shown(path) -> str | None:
+    """A path as the user would type it: relative to the working directory when under it."""
+    if path is None:
+        return None
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def print_summary(summary, table: bool = True, log: str | None = None) -> None:
+    """The kernels' table (unless the live display left it on screen), then the recap."""
+    if table:
+        timing = ", CPU timings" if summary.timing == "cpu" else ""
+        out.print(kernels_table(summary.kernels, title=f"loop run {summary.run_id} ({summary.model}, "
+                                                       f"{summary.agent}{timing}): {summary.status}"))
+    lines = recap_lines(summary, log=log)
+    out.print(f"\n[bold]{escape(lines[0])}[/]", highlight=False)
+    for line in lines[1:]:
+        out.print(line, highlight=False, markup=False)

@@ -73,13 +73,13 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         model: str = typer.Option(..., "--model", "-m", help="Preset (gpt2, llama, llama-7b, bert-base, *-tiny), "
                                                              "a local transformers model, or file.py:factory."),
-        batch: int = typer.Option(1, "--batch", help="Batch size of the example inputs."),
-        seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length (default: the preset's)."),
+        batch: int = typer.Option(1, "--batch", min=1, help="Batch size of the example inputs."),
+        seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (default: the preset's)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
         device: Optional[str] = typer.Option(None, "--device", help="cuda | cpu (default cuda when available)."),
-        top: int = typer.Option(10, "--top", help="Rows to show; the rest is folded into other."),
-        warmup: int = typer.Option(3, "--warmup", help="Forward passes before profiling."),
-        iters: int = typer.Option(5, "--iters", help="Profiled forward passes."),
+        top: int = typer.Option(10, "--top", min=1, help="Rows to show; the rest is folded into other."),
+        warmup: int = typer.Option(3, "--warmup", min=0, help="Forward passes before profiling."),
+        iters: int = typer.Option(5, "--iters", min=1, help="Profiled forward passes."),
         as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON."),
     ) -> None:
         """Profile a model's forward pass and rank its kernels by share of GPU time."""

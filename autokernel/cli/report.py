@@ -56,13 +56,16 @@ def report_command(
             output.write_text(text)
         except OSError as exc:
             raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-        err.print(f"wrote {len(rows)} experiment{'s' if len(rows) != 1 else ''} to {output}", highlight=False)
+        starts = sum(r.starting_point for r in rows)
+        what = f"{len(rows)} experiment{'s' if len(rows) != 1 else ''}" if not starts else \
+            f"{len(rows)} rows ({len(rows) - starts} experiments + {starts} starting points)"
+        err.print(f"wrote {what} to {output}", highlight=False)
     if plot is not None:
         try:
-            plot_progress(rows, plot, title=f"AutoKernel progress (run {run})" if run else "AutoKernel progress")
+            drawn = plot_progress(rows, plot, title=f"AutoKernel progress (run {run})" if run else "AutoKernel progress")
         except OSError as exc:
             raise ConfigError(f"cannot write the plot to {plot}: {exc.strerror}") from exc
-        err.print(f"plot written to {plot}", highlight=False)
+        err.print(f"plot written to {plot}: {drawn.note}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

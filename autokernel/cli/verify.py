@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from autokernel.cli.console import err, out
+from autokernel.cpu_timing import CPU_LABEL
 
 
 def _fmt(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
@@ -58,12 +59,18 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {_fmt(data['rel_error'], '.2e')} "
              f"(tolerance {data['tolerance']:.3g}), "
              f"max abs {_fmt(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
-    if data["eager_ms"] is not None:
-        lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
+    plugged = [k for k in data["kernels"] if k["ok"] and not k.get("slower")]
+    if data["eager_ms"] is not None and not plugged:
+        lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms; nothing plugged in, so no speed-up to measure")
+    elif data["eager_ms"] is not None:
+        cpu = str(data.get("device", "")).startswith("cpu")
+        label = f"{CPU_LABEL}, median of repeated passes; not GPU speed" if cpu else "CUDA events"
+        lines.append(f"forward ({label}): eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
                      f"torch.compile {_fmt(data['compile_ms'])} ms")
-        lines.append(f"end-to-end speed-up {_fmt(data['speedup_vs_eager'], '.3f', 'x')} vs eager, "
-                     f"{_fmt(data['speedup_vs_compile'], '.3f', 'x')} vs torch.compile; "
-                     f"Amdahl prediction {_fmt(data['amdahl_prediction'], '.3f', 'x')}")
+        lines.append(f"end-to-end speed-up {_fmt(data['speedup_vs_eager'], '.2f', 'x')} vs eager, "
+                     f"{_fmt(data['speedup_vs_compile'], '.2f', 'x')} vs torch.compile"
+                     + (" (CPU timings)" if cpu else "")
+                     + f"; Amdahl prediction {_fmt(data['amdahl_prediction'], '.2f', 'x')}")
     lines.extend(data.get("notes", []))
     return lines
 
@@ -75,7 +82,7 @@ def register(app: typer.Typer) -> None:
         run: Optional[int] = typer.Option(None, "--run", help="Verify the model of this run (default: the latest)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to verify (default: the run's)."),
         kernel: Optional[list[str]] = typer.Option(None, "--kernel", help="Only these kernels (repeatable)."),
-        iters: Optional[int] = typer.Option(None, "--iters", help="Timed forward passes (0: no timing)."),
+        iters: Optional[int] = typer.Option(None, "--iters", min=0, help="Timed forward passes (0: no timing)."),
         include_slower: bool = typer.Option(False, "--include-slower",
                                             help="Plug in correct kernels even when not faster than eager."),
         workload: Optional[list[str]] = typer.Option(

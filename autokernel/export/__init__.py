@@ -41,7 +41,7 @@ class ExportResult:
 def provenance_from_store(store, workspace, kernel: str, *, commit: str | None = None,
                           experiment: int | None = None) -> tuple[str, Provenance]:
     """The kernel file to export and what the store knows about it."""
-    k = store.get_kernel(kernel)
+    k = store.resolve_kernel(kernel)
     exp = None
     if experiment is not None:
         matches = [e for e in store.list_experiments(kernel_id=k.id) if e.number == experiment or e.id == experiment]

@@ -22,10 +22,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, NotFoundError
+from autokernel.errors import AutoKernelError, ConfigError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
-from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded
+from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded, stamped
 from autokernel.proposers import make_proposer
+from autokernel.runs import check_kb_options, latest_resumable_run, lock_key, lock_what
 
 KERNEL_TYPE = "kb"
 
@@ -143,7 +144,12 @@ def _refresh_start(store, workspace, k, sol, emit):
 
 
 def _model_key(problem: Problem) -> str:
-    return f"kb:{problem.source}:L{problem.level}" + ("" if problem.size == "default" else f":{problem.size}")
+    return _level_key(problem.source, problem.level, problem.size)
+
+
+def _level_key(source: str, level: int, size: str) -> str:
+    """The model key of a level's kernels (and so of the lock a kb run on it holds)."""
+    return f"kb:{source}:L{level}" + ("" if size == "default" else f":{size}")
 
 
 def _record_degenerate(store, k, res) -> None:
@@ -163,11 +169,11 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
            llm_model: str | None = None, provider: str | None = None, timeout_s: float = 600.0,
            worker=None, proposer=None, on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
     emit = on_event or (lambda e: None)
+    run = None
     if resume:
-        run = store.get_run(int(resume)) if not isinstance(resume, bool) else store.latest_run(kind="kb")
-        if run is None:
-            raise NotFoundError("no kb run to resume", hint="start one with `autokernel kb run --level N`")
-        run = reopen_run(store, run, "kb", emit)
+        run = store.get_run(int(resume)) if not isinstance(resume, bool) else latest_resumable_run(store, "kb")
+        if run.kind != "kb":
+            raise ConfigError(f"run {run.id} is a {run.kind} run, not a kb run")
         opts = json.loads(run.config_json or "{}")
         level, ids, source = opts.get("level"), opts.get("ids"), opts.get("source")
         kb_path, size, agent = opts.get("kb_path") or kb_path, opts.get("size", size), run.agent or agent
@@ -183,58 +189,77 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
             # the checkout $KERNELBENCH_PATH named: kept with the run, so that `kb score` later (that
             # variable unset) still counts the level's un-attempted problems in fast_p's denominator
             kb_path = checkout_root(None)
-        run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
-            "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None, "size": size,
-            "experiments_per_problem": experiments_per_problem, "hours": hours, "llm_model": llm_model,
-            "provider": provider})
+    # every option is checked, and the problems loaded, before anything is written
+    check_kb_options(level=level, experiments_per_problem=experiments_per_problem, hours=hours,
+                     timeout_s=timeout_s, agent=agent if proposer is None else "search", provider=provider,
+                     llm_model=llm_model)
     problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
-    emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from {source_label(source)}"))
-    budget_s = (8.0 if hours is None else float(hours)) * 3600.0
-    cleanup_stale(workspace, emit)
-    own_worker = worker is None
-    if own_worker:
-        from autokernel.kb.evaluate import KBWorker
+    level_key = _level_key(source, level, size)  # the kernels (branches) this run writes
+    key = lock_key("kb", level_key)
+    with store.locked(key, what=lock_what("kb", level_key)):
+        if run is not None:
+            run = reopen_run(store, run, "kb", emit)
+        else:
+            run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
+                "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None,
+                "size": size, "experiments_per_problem": experiments_per_problem, "hours": hours,
+                "llm_model": llm_model, "provider": provider})
+        store.set_lock_run(key, run.id)
+        emit = stamped(emit, run.id)
+        emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from "
+                                f"{source_label(source)}"))
+        budget_s = (8.0 if hours is None else float(hours)) * 3600.0
+        own_worker = worker is None
+        try:
+            cleanup_stale(workspace, emit)
+            if own_worker:
+                from autokernel.kb.evaluate import KBWorker
 
-        worker = KBWorker()
-    if proposer is None:
-        proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
+                worker = KBWorker()
+            if proposer is None:
+                proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
+        except BaseException:
+            if own_worker and worker is not None:
+                worker.close()
+            store.finish_run(run.id, "failed")
+            raise
 
-    def work() -> str:
-        for i, p in enumerate(problems, 1):
-            emit(LoopEvent("problem", f"[{i}/{len(problems)}] {p.label()}", {"index": i, "total": len(problems),
-                                                                            "kernel": p.kernel_name}))
-            try:
-                k = ensure_problem_kernel(store, workspace, p, emit)
-                # fair share: this problem may use the budget left divided by the problems left, so
-                # experiments on the first problems never starve the starting points of the last ones
-                spent = time_spent(store, run.id)
-                share = spent + max(0.0, budget_s - spent) / (len(problems) - i + 1)
-                loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
-                               judge=worker.judge_for(p, gpu_compile=proposer.writes_source), budget_s=share,
-                               max_experiments=None,
-                               timeout_s=timeout_s, on_event=emit, problem=p, per_problem=experiments_per_problem)
-                loop.reconcile()
-                loop.baselines()
-                base = next((e for e in store.list_experiments(run_id=run.id, kernel_id=k.id)
-                             if e.proposer == "baseline" and e.status != "abandoned"), None)
-                if k.id in loop.last_result:
-                    _record_degenerate(store, store.get_kernel(k.id), loop.last_result[k.id])
-                why = loop.run_budget()
-                emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}", {"kernel": p.kernel_name,
-                                                                            "baseline": _row(base) if base else None}))
-            except KeyboardInterrupt:
-                raise
-            except AutoKernelError as exc:  # one problem failing does not stop the run
-                emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
-            except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
-                emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],
-                               {"kernel": p.kernel_name}))
-            if time_spent(store, run.id) >= budget_s:
-                return "time budget spent"
-        return "every problem done"
+        def work() -> str:
+            for i, p in enumerate(problems, 1):
+                emit(LoopEvent("problem", f"[{i}/{len(problems)}] {p.label()}", {"index": i, "total": len(problems),
+                                                                                "kernel": p.kernel_name}))
+                try:
+                    k = ensure_problem_kernel(store, workspace, p, emit)
+                    # fair share: this problem may use the budget left divided by the problems left, so
+                    # experiments on the first problems never starve the starting points of the last ones
+                    spent = time_spent(store, run.id)
+                    share = spent + max(0.0, budget_s - spent) / (len(problems) - i + 1)
+                    loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
+                                   judge=worker.judge_for(p, gpu_compile=proposer.writes_source), budget_s=share,
+                                   max_experiments=None, timeout_s=timeout_s, on_event=emit, problem=p,
+                                   per_problem=experiments_per_problem)
+                    loop.reconcile()
+                    loop.baselines()
+                    base = next((e for e in store.list_experiments(run_id=run.id, kernel_id=k.id)
+                                 if e.proposer == "baseline" and e.status != "abandoned"), None)
+                    if k.id in loop.last_result:
+                        _record_degenerate(store, store.get_kernel(k.id), loop.last_result[k.id])
+                    why = loop.run_budget()
+                    emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}",
+                                   {"kernel": p.kernel_name, "baseline": _row(base) if base else None}))
+                except KeyboardInterrupt:
+                    raise
+                except AutoKernelError as exc:  # one problem failing does not stop the run
+                    emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
+                except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
+                    emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],
+                                   {"kernel": p.kernel_name}))
+                if time_spent(store, run.id) >= budget_s:
+                    return "time budget spent"
+            return "every problem done"
 
-    status, reason = run_guarded(store, run.id, work, worker if own_worker else None)
-    store.finish_run(run.id, status)
+        status, reason = run_guarded(store, run.id, work, worker if own_worker else None)
+        store.finish_run(run.id, status)
     return summarize_run(store, run.id, status=status, reason=reason)
 
 

@@ -6,6 +6,7 @@ Values go in and come out as plain Python objects; the store never imports torch
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,9 +16,11 @@ from sqlalchemy import event, func
 from sqlalchemy.exc import IntegrityError, OperationalError, DatabaseError
 from sqlmodel import Session, create_engine, select
 
-from autokernel.errors import NotFoundError, StoreError
+from autokernel.config import READ_ONLY_ERRNOS
+from autokernel.errors import LockHeldError, NotFoundError, StoreError
+from autokernel.liveness import owner_alive, this_process
 from autokernel.store.migrate import check_not_newer, migrate
-from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, LLMCall, Profile, Run, utcnow
+from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, LLMCall, Lock, Profile, Run, utcnow
 
 BUSY_TIMEOUT_S = 60.0
 # statuses that end an experiment; "running" rows left by a killed process are abandoned on resume
@@ -49,9 +52,16 @@ class Store:
             finally:
                 raw.close()
         except sqlite3.DatabaseError as exc:
+            if read_only(self.path) or "readonly" in str(exc):
+                raise StoreError(f"the store {self.path} is read-only ({exc})",
+                                 hint="AutoKernel writes to its store; make the file and its folder writable, "
+                                      "or choose another --home") from exc
             raise StoreError(f"cannot open the store {self.path}: {exc}",
                              hint="the file is damaged or not an AutoKernel database; it was not changed") from exc
         except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise StoreError(f"the store's folder {self.path.parent} is read-only ({exc.strerror})",
+                                 hint="choose another --home") from exc
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
         self.engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": BUSY_TIMEOUT_S})
         event.listen(self.engine, "connect", _set_pragmas)
@@ -184,6 +194,26 @@ class Store:
             raise NotFoundError(f"kernel {name_or_id!r} not found")
         return k
 
+    def resolve_kernel(self, name: str) -> Kernel:
+        """The kernel a user named: its full name, its id, or a short name that fits exactly one
+        kernel (the part after the model, e.g. `rmsnorm` for `llama-tiny.rmsnorm`, or its type).
+        Several fits or none is a NotFoundError listing the names to choose from."""
+        k = self.find_kernel(name)
+        if k is not None:
+            return k
+        if str(name).isdigit():
+            return self.get_kernel(int(name))
+        kernels = self.list_kernels()
+        fits = [k for k in kernels if k.name.endswith("." + name) or k.kernel_type == name]
+        if len(fits) == 1:
+            return fits[0]
+        names = sorted(k.name for k in (fits or kernels))
+        listed = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        if fits:
+            raise NotFoundError(f"{name!r} fits {len(fits)} kernels: {listed}", hint="give the full name")
+        raise NotFoundError(f"kernel {name!r} not found",
+                            hint=f"kernels: {listed}" if names else "the store has no kernels yet")
+
     def find_kernel(self, name: str) -> Optional[Kernel]:
         with self.session() as s:
             return s.exec(select(Kernel).where(Kernel.name == name)).first()
@@ -270,6 +300,65 @@ class Store:
             s.commit()
             return len(rows)
 
+    # -- locks: one writer per run ---------------------------------------------------------------
+
+    def acquire_lock(self, key: str, *, what: str | None = None, run_id: int | None = None) -> Lock:
+        """Take `key` for this process, or raise LockHeldError naming the live process holding it.
+
+        A lock whose holder is gone (a kill -9, a crash) is taken over. The check and the write are
+        one IMMEDIATE transaction, so of two processes taking one key at once exactly one wins."""
+        me = this_process()
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute('SELECT pid, host, start, run_id, acquired_at FROM locks WHERE "key" = ?',
+                                   (key,)).fetchone()
+                if row is not None:
+                    holder = {"pid": row[0], "host": row[1], "start": row[2]}
+                    if holder != me and owner_alive(holder):
+                        raise LockHeldError(_held_message(what or key, holder, row[3], row[4]),
+                                            hint=f"wait for it or stop it (Ctrl-C, or kill {row[0]}); "
+                                                 "a lock whose process has died is taken over")
+                conn.execute('INSERT OR REPLACE INTO locks ("key", pid, host, start, run_id, acquired_at) '
+                             "VALUES (?, ?, ?, ?, ?, ?)", (key, me["pid"], me["host"], me["start"], run_id,
+                                                            utcnow().strftime("%Y-%m-%d %H:%M:%S.%f")))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot take the lock {key!r}: {exc}") from exc
+        finally:
+            conn.close()
+        return self.get_lock(key)
+
+    def get_lock(self, key: str) -> Optional[Lock]:
+        with self.session() as s:
+            return s.get(Lock, key)
+
+    def set_lock_run(self, key: str, run_id: int) -> None:
+        """Record which run the lock's holder works on (known only once the run row exists)."""
+        self._update(Lock, key, run_id=run_id)
+
+    def release_lock(self, key: str) -> None:
+        """Drop `key` if this process holds it (never another's)."""
+        me = this_process()
+        with self.session() as s:
+            lock = s.get(Lock, key)
+            if lock is not None and (lock.pid, lock.host) == (me["pid"], me["host"]):
+                s.delete(lock)
+                s.commit()
+
+    @contextmanager
+    def locked(self, key: str, *, what: str | None = None) -> Iterator[Lock]:
+        """Hold `key` for the duration of the block (released on any exit, Ctrl-C included)."""
+        lock = self.acquire_lock(key, what=what)
+        try:
+            yield lock
+        finally:
+            self.release_lock(key)
+
     # -- devices --------------------------------------------------------------------------------
 
     def upsert_device(self, key: str, **fields) -> Device:
@@ -332,6 +421,20 @@ class Store:
             if run_id is not None:
                 q = q.where(LLMCall.run_id == run_id)
             return list(s.exec(q.order_by(LLMCall.id)))
+
+
+def read_only(db: Path) -> bool:
+    """Whether SQLite cannot write the database: the file, or the folder its -wal and -shm files go
+    in, is not writable (a read-only mount counts, for root too)."""
+    folder = db.parent
+    return (db.exists() and not os.access(db, os.W_OK)) or (folder.is_dir() and not os.access(folder, os.W_OK))
+
+
+def _held_message(what: str, holder: dict, run_id: Optional[int], since: Any) -> str:
+    where = f" on host {holder['host']}" if holder.get("host") not in (None, "", this_process()["host"]) else ""
+    run = f" (run {run_id})" if run_id is not None else ""
+    started = f", since {str(since)[:19]} UTC" if since else ""
+    return f"{what} is already running{run} in process {holder['pid']}{where}{started}"
 
 
 def open_store(path: str | Path) -> Store:

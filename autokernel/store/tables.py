@@ -166,3 +166,17 @@ class LLMCall(SQLModel, table=True):
     latency_s: Optional[float] = None
     error: Optional[str] = None
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class Lock(SQLModel, table=True):
+    """One writer per run: the row names the process that holds `key` (pid, host and start time,
+    so a reused pid is not mistaken for it). A row whose process is gone (kill -9) is taken over."""
+
+    __tablename__ = "locks"
+
+    key: str = Field(primary_key=True)  # "loop:<model>" | "kb:<model key>"
+    pid: int
+    host: str = ""
+    start: Optional[str] = None  # the holder's start time in clock ticks (Linux), else NULL
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id")
+    acquired_at: datetime = Field(default_factory=utcnow)

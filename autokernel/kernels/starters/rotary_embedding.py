@@ -41,9 +41,26 @@ def valid_config(cfg):
 
 
 @triton.jit
+def _rope_slice(x_ptr, out_ptr, bh, H, sx_b, sx_h, sx_d, so_b, so_h, so_d, x_sd, o_sd, m2,
+                cos1, cos2, sin1, sin2, HALF: tl.constexpr):
+    """Rotate one (batch, head) slice of the program's positions."""
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    xp = x_ptr + b * sx_b + h * sx_h + x_sd
+    x1 = tl.load(xp, mask=m2, other=0.0).to(tl.float32)
+    x2 = tl.load(xp + HALF * sx_d, mask=m2, other=0.0).to(tl.float32)
+    o1 = x1 * cos1 - x2 * sin1
+    o2 = x2 * cos2 + x1 * sin2
+    op = out_ptr + b * so_b + h * so_h + o_sd
+    tl.store(op, o1.to(out_ptr.dtype.element_ty), mask=m2)
+    tl.store(op + HALF * so_d, o2.to(out_ptr.dtype.element_ty), mask=m2)
+
+
+@triton.jit
 def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, BH, H, S,
                  sx_b, sx_h, sx_s, sx_d, sc_s, sc_d, ss_s, ss_d, so_b, so_h, so_s, so_d,
-                 HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr):
+                 HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr,
+                 EVEN_BH: tl.constexpr):
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
     s = pid_s * BLOCK + tl.arange(0, BLOCK)
@@ -65,17 +82,15 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, BH, H, S,
     o_sd = s[:, None] * so_s + d[None, :] * so_d
     for i in tl.static_range(HEADS):
         bh = pid_h * HEADS + i
-        b = (bh // H).to(tl.int64)
-        h = (bh % H).to(tl.int64)
-        mask = m2 & (bh < BH)
-        xp = x_ptr + b * sx_b + h * sx_h + x_sd
-        x1 = tl.load(xp, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(xp + HALF * sx_d, mask=mask, other=0.0).to(tl.float32)
-        o1 = x1 * cos1 - x2 * sin1
-        o2 = x2 * cos2 + x1 * sin2
-        op = out_ptr + b * so_b + h * so_h + o_sd
-        tl.store(op, o1.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(op + HALF * so_d, o2.to(out_ptr.dtype.element_ty), mask=mask)
+        if EVEN_BH:
+            # HEADS divides B*H (every model shape): each slice exists, straight-line code
+            _rope_slice(x_ptr, out_ptr, bh, H, sx_b, sx_h, sx_d, so_b, so_h, so_d, x_sd, o_sd, m2,
+                        cos1, cos2, sin1, sin2, HALF)
+        elif bh < BH:
+            # A branch, not `m2 & (bh < BH)`: a scalar folded into a block mask is rejected by
+            # Triton 3.9's interpreter ("mask has unsupported dtype").
+            _rope_slice(x_ptr, out_ptr, bh, H, sx_b, sx_h, sx_d, so_b, so_h, so_d, x_sd, o_sd, m2,
+                        cos1, cos2, sin1, sin2, HALF)
 
 
 def kernel_fn(x, cos, sin):
@@ -94,6 +109,7 @@ def kernel_fn(x, cos, sin):
     launch(_rope_kernel, grid,
         x, cos, sin, out, B * H, H, S,
         *x.stride(), *cos.stride(), *sin.stride(), *out.stride(),
-        HALF=half, BLOCK_D=block_d, BLOCK=block_s, HEADS=heads, num_warps=NUM_WARPS,
+        HALF=half, BLOCK_D=block_d, BLOCK=block_s, HEADS=heads, EVEN_BH=(B * H) % heads == 0,
+        num_warps=NUM_WARPS,
     )
     return out
