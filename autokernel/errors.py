@@ -93,6 +93,15 @@ class LLMError(ProposerError):
     exit_code = 15
 
 
+class LLMFatalError(LLMError):
+    """The endpoint refuses the configuration itself (a rejected key, a forbidden or unknown model, a
+    parameter it does not take): asking again cannot help, so the run stops at once."""
+
+
+class LLMBudgetSpent(ProposerError):
+    """The run's LLM budget (--max-llm-calls, --max-cost) is used up: the loop stops cleanly."""
+
+
 class KernelBenchError(AutoKernelError):
     """KernelBench problems not found or malformed."""
 
