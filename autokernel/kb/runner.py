@@ -16,16 +16,17 @@ numbers come from the store, nothing is counted twice. Library code: events go t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, NotFoundError
+from autokernel.errors import AutoKernelError, ConfigError, LLMFatalError, NotFoundError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
 from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded
-from autokernel.proposers import make_proposer
+from autokernel.proposers import LLMSettings, make_proposer
 
 KERNEL_TYPE = "kb"
 
@@ -48,21 +49,30 @@ class KBRunSummary:
         return dict(self.__dict__)
 
 
-class _ProblemSpec:
-    """What the proposers get where a kernel type would give its spec: the problem itself."""
+class ProblemSpec:
+    """What the proposers get where a kernel type would give its spec: the problem itself, its
+    shapes and ops (kb.brief), and which judge's rules apply (the LLM prompt's judge_kb.md)."""
+
+    judge = "kb"
 
     def __init__(self, problem: Problem):
+        self.problem = problem
         self.name = KERNEL_TYPE
         self.description = (
             f"KernelBench {problem.label()}. What is judged is `class ModelNew` in kernel.py: built with "
             f"Model's constructor arguments right after the same seed as Model (so the same weights), it must "
             f"return Model's outputs within atol = rtol = 1e-4 (fp32; no fp16/bf16/TF32 shortcuts) on fresh "
             f"inputs, launch Triton kernels defined in kernel.py (torch library ops alone are rejected), and "
-            f"never cache outputs or hide work on side streams. Keep KERNEL_TYPE = \"kb\", BACKEND = \"triton\", "
-            f"a module-level kernel_fn (the format's entry point) and SEARCH_SPACE over the tunable constants. "
-            f"The judge takes Model, get_inputs and get_init_inputs from the problem file below, never from "
-            f"kernel.py. The problem file:")
+            f"never cache outputs or hide work on side streams. The judge takes Model, get_inputs and "
+            f"get_init_inputs from the problem file below, never from kernel.py. The problem file:")
         self.reference = _Code(problem.code)
+
+    @functools.cached_property
+    def facts(self) -> str:
+        """The problem's inputs, ops and minimum traffic (traced on first use: only the llm asks)."""
+        from autokernel.kb.brief import problem_brief
+
+        return problem_brief(self.problem).to_markdown()
 
 
 class _Code:
@@ -84,7 +94,7 @@ class _KBLoop(_Loop):
         super().__init__(*a, **kw)
         self.problem = problem
         self.per_problem = per_problem
-        self.problem_spec = _ProblemSpec(problem)
+        self.problem_spec = ProblemSpec(problem)
 
     def count(self) -> int:
         return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline"
@@ -160,20 +170,23 @@ def _record_degenerate(store, k, res) -> None:
 def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None = None, source: str | None = None,
            kb_path: str | None = None, size: str = "auto", experiments_per_problem: int | None = 3,
            hours: float | None = None, agent: str = "search", resume: bool | int = False,
-           llm_model: str | None = None, provider: str | None = None, timeout_s: float = 600.0,
-           worker=None, proposer=None, on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
+           llm_model: str | None = None, provider: str | None = None, llm: LLMSettings | None = None,
+           timeout_s: float = 600.0, worker=None, proposer=None,
+           on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
     emit = on_event or (lambda e: None)
+    llm = LLMSettings(**(llm.config() if llm else {}))
+    llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
+    run = None
     if resume:
         run = store.get_run(int(resume)) if not isinstance(resume, bool) else store.latest_run(kind="kb")
         if run is None:
             raise NotFoundError("no kb run to resume", hint="start one with `autokernel kb run --level N`")
-        run = reopen_run(store, run, "kb", emit)
         opts = json.loads(run.config_json or "{}")
         level, ids, source = opts.get("level"), opts.get("ids"), opts.get("source")
         kb_path, size, agent = opts.get("kb_path") or kb_path, opts.get("size", size), run.agent or agent
         experiments_per_problem = opts.get("experiments_per_problem", experiments_per_problem)
         hours = hours if hours is not None else opts.get("hours")
-        llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
+        llm = llm.merged(opts)
     else:
         if level is None:
             raise ConfigError("--level is required (or --resume)")
@@ -183,11 +196,21 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
             # the checkout $KERNELBENCH_PATH named: kept with the run, so that `kb score` later (that
             # variable unset) still counts the level's un-attempted problems in fast_p's denominator
             kb_path = checkout_root(None)
+    if proposer is None:  # a missing model name or key is said now, before any problem is judged
+        proposer = make_proposer(agent, llm=llm, store=store)
+    if run is not None:
+        run = reopen_run(store, run, "kb", emit)
+    else:
         run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
             "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None, "size": size,
-            "experiments_per_problem": experiments_per_problem, "hours": hours, "llm_model": llm_model,
-            "provider": provider})
-    problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
+            "experiments_per_problem": experiments_per_problem, "hours": hours, **llm.config()})
+    if hasattr(proposer, "run_id"):
+        proposer.run_id = run.id
+    try:
+        problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
+    except BaseException:
+        store.finish_run(run.id, "failed")  # no run left "running" under a process that is gone
+        raise
     emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from {source_label(source)}"))
     budget_s = (8.0 if hours is None else float(hours)) * 3600.0
     cleanup_stale(workspace, emit)
@@ -196,8 +219,6 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         from autokernel.kb.evaluate import KBWorker
 
         worker = KBWorker()
-    if proposer is None:
-        proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
 
     def work() -> str:
         for i, p in enumerate(problems, 1):
@@ -222,8 +243,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                 why = loop.run_budget()
                 emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}", {"kernel": p.kernel_name,
                                                                             "baseline": _row(base) if base else None}))
-            except KeyboardInterrupt:
-                raise
+                if loop.llm_budget_spent:
+                    return why
+            except (KeyboardInterrupt, LLMFatalError):
+                raise  # Ctrl-C, or an endpoint that refuses the configuration: the whole run stops
             except AutoKernelError as exc:  # one problem failing does not stop the run
                 emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
             except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
