@@ -443,3 +443,33 @@ def test_the_llm_budget_stops_the_run_cleanly(home, llm_env, monkeypatch):
                      max_experiments=None, timeout_s=60, on_event=None)
         assert loop.run_budget() == "the LLM call limit is reached (2 of --max-llm-calls 2)"
         assert loop.llm_budget_spent and len(server.requests) == 2
+
+
+def test_anthropic_candidates_are_separate_requests_and_a_missing_usage_is_estimated(home, llm_env, monkeypatch):
+    """Anthropic's protocol has no `n`: n candidates are n requests, each its own row; a reply without
+    token counts is charged an estimate (four characters a token), so --max-cost still holds."""
+    server = llm_env
+    monkeypatch.setenv("AUTOKERNEL_LLM_PRICES", json.dumps({"*": [3.0, 15.0]}))
+    with Store(home.db) as store:
+        run = store.create_run("loop", model="tiny", agent="llm")
+        proposer = LLMProposer(store=store, run_id=run.id, provider="anthropic", model="claude-x", candidates=2)
+        server.script = [{"text": reply(GOOD)}, {"text": reply(BROKEN, "wrong"), "usage": False}]
+        got = proposer.propose(TINY_REDUCE, reduce_spec())
+        assert [p.description for p in got] == ["drop the delay", "wrong"]
+        assert [("n" in r["body"], r["body"]["max_tokens"]) for r in server.requests] == [(False, 4096)] * 2
+        first, second = store.list_llm_calls(run.id)
+        assert [p.llm_call_id for p in got] == [first.id, second.id]
+        assert first.cost_usd == pytest.approx((1100 * 3.0 + 300 * 15.0) / 1e6)
+        prompt, text = store.llm_call_texts(second)
+        assert second.prompt_tokens is None and second.cost_usd == pytest.approx(
+            (len(prompt) / 4 * 3.0 + len(text) / 4 * 15.0) / 1e6)
+
+
+def test_only_configured_secrets_are_redacted():
+    from autokernel.redact import redact
+
+    env = {"OPENAI_API_KEY": OPENAI_KEY, "TOKENIZERS_PARALLELISM": "false", "MY_SERVICE_TOKEN": "tok-0123456789abcdef",
+           "HF_HOME": "/data/hf/cache/with/a/long/path", "ANTHROPIC_API_KEY": "x"}
+    text = f"key {OPENAI_KEY}, parallel false, tok-0123456789abcdef, /data/hf/cache/with/a/long/path, x"
+    assert redact(text, env) == ("key [REDACTED:OPENAI_API_KEY], parallel false, [REDACTED:MY_SERVICE_TOKEN], "
+                                 "/data/hf/cache/with/a/long/path, x")
