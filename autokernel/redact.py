@@ -30,7 +30,8 @@ def configured_secrets(env: Optional[Mapping[str, str]] = None) -> dict[str, str
     for name, value in env.items():
         value = (value or "").strip()
         floor = MIN_PROVIDER_KEY if name.upper() in PROVIDER_KEYS else MIN_OTHER_SECRET
-        if len(value) >= floor and (name.upper() in PROVIDER_KEYS or is_secret(name)) and not value.startswith(("/", "~", ".")):
+        path_like = value.startswith(("/", "~", "."))
+        if len(value) >= floor and (name.upper() in PROVIDER_KEYS or is_secret(name)) and not path_like:
             found.setdefault(value, name)
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
 

@@ -345,8 +345,8 @@ def test_three_experiment_loop_records_prompts_replies_tokens_and_cost(home, llm
     kept = GOOD.replace("import time\n", "import time\n" + guard, 1)
     hang = ("```diff\n--- a/kernel.py\n+++ b/kernel.py\n@@ -1,4 +1,5 @@\n \"\"\"Row sums for the loop tests.\"\"\"\n"
             " import time\n+time.sleep(3600)  # hangs at import\n \n import torch\n```\n")
-    exits = sr("BLOCK = 256\n", "BLOCK = 512\nimport sys as _sys\n\nif 'autokernel.loop' in _sys.modules:  "
-               "# only the CPU timing child has the loop\n    raise SystemExit(3)\n", "bigger block")
+    exits = sr("BLOCK = 256\n", "BLOCK = 512\nimport sys as _sys\n\nif 'autokernel.cpu_timing' in _sys.modules:  "
+               "# only in the CPU timing child\n    raise SystemExit(3)\n", "bigger block")
     store, ws, k = add_tiny_kernel(home)
     server.script = [
         {"status": 429, "headers": {"retry-after": "soon"}},

@@ -140,8 +140,10 @@ class LLMProposer:
                 raise KernelFileError(f"the file declares {kf.kernel_type}/{kf.backend}, "
                                       f"not {current.kernel_type}/{current.backend}")
         except KernelFileError as exc:
-            raise ReplyError(f"the new kernel.py is not a usable kernel file: {exc.one_line()}", "syntax_error") from exc
-        how = {"search_replace": f" ({answer.edits} edit(s))", "diff": f" ({answer.edits} hunk(s))"}.get(answer.form, "")
+            raise ReplyError(f"the new kernel.py is not a usable kernel file: {exc.one_line()}",
+                             "syntax_error") from exc
+        unit = {"search_replace": "edit(s)", "diff": "hunk(s)"}.get(answer.form)
+        how = f" ({answer.edits} {unit})" if unit else ""
         description = redact(answer.description) or f"llm {self.client.model}{how}"
         return Proposal(source=answer.source, description=description, config=kf.config, llm_call_id=call_id)
 
