@@ -86,7 +86,7 @@ def build_llm_usage(store, run_id: Optional[int] = None) -> list[LLMUsage]:
     """Per run: its total, then one entry per kernel (calls with no kernel under "-")."""
     names = {k.id: k.name for k in store.list_kernels()}
     out: dict[tuple, LLMUsage] = {}
-    for c in store.list_llm_calls(run_id=run_id):
+    for c in store.list_llm_calls(run_id=run_id, texts=False):
         for key in ((c.run_id, "all"), (c.run_id, names.get(c.kernel_id, "-"))):
             out.setdefault(key, LLMUsage(run=key[0], kernel=key[1], model="")).add(c)
     return sorted(out.values(), key=lambda u: (u.run or 0, u.kernel != "all", u.kernel))

@@ -10,8 +10,8 @@ The rules (prompts/rules.md) allow two kinds of answer:
 An answer with neither, but exactly one python block that defines kernel_fn, is the whole file
 (there is nothing to choose between). Anything else is not guessed at: several unmarked blocks are
 `ambiguous` (an "old version for reference" must never be committed), none is `no_code`, a block
-left open by a reply cut at its token budget is `truncated`, edits that leave the file as it was
-are `unchanged`. The error text says exactly what was wrong, for the next prompt.
+left open by a reply cut at its token budget is `truncated` (one left open by a model that stopped
+by itself only lacks its closing fence), edits that leave the file as it was are `unchanged`. The error text says exactly what was wrong, for the next prompt.
 """
 
 from __future__ import annotations
@@ -192,6 +192,8 @@ def read_answer(text: str, current: str, finish_reason: Optional[str] = None) ->
     if unclosed is not None and cut:
         raise ReplyError("the answer was cut off at its token budget inside a code block (finish reason "
                          f"{finish_reason}): answer with edits, which are shorter", "truncated")
+    if unclosed is not None:
+        blocks.append(unclosed)  # the model stopped by itself: only the closing fence is missing
     if finals and (has_sr or diffs):
         raise ReplyError("the answer has both a final file and edits; give one of the two", "ambiguous")
     if len(finals) > 1:

@@ -95,7 +95,8 @@ class LLMProposer:
     def failed_answers(self, kernel: Optional[KernelContext]) -> list[FailedAnswer]:
         """This kernel's answers that gave no candidate, oldest first (what the next prompt reports)."""
         if self.store is not None and kernel is not None and kernel.kernel_id is not None:
-            rows = [(c.status, c.error, c.created_at) for c in self.store.list_llm_calls(kernel_id=kernel.kernel_id)]
+            rows = [(c.status, c.error, c.created_at) for c in self.store.list_llm_calls(
+                kernel_id=kernel.kernel_id, texts=False, statuses=ANSWER_STATUSES, last=10)]
         else:
             kid = kernel.kernel_id if kernel else None
             rows = [(c["status"], c.get("error"), c["created_at"]) for c in self._calls if c["kernel_id"] == kid]

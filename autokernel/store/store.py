@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sqlalchemy import event, func
+from sqlalchemy.orm import defer
 from sqlalchemy.exc import IntegrityError, OperationalError, DatabaseError
 from sqlmodel import Session, create_engine, select
 
@@ -306,13 +307,22 @@ class Store:
     def update_llm_call(self, call_id: int, *, reply: str | None = None, **fields) -> LLMCall:
         return self._update(LLMCall, call_id, **fields, **({"reply_gz": _pack(reply)} if reply is not None else {}))
 
-    def list_llm_calls(self, run_id: int | None = None, kernel_id: int | None = None) -> list[LLMCall]:
+    def list_llm_calls(self, run_id: int | None = None, kernel_id: int | None = None, *, texts: bool = True,
+                       statuses: tuple[str, ...] | None = None, last: int | None = None) -> list[LLMCall]:
+        """Calls in order; `texts=False` leaves the prompt and reply blobs unread (and unreadable on the
+        rows returned), `statuses` keeps only those, `last` keeps the newest N."""
         with self.session() as s:
             q = select(LLMCall)
+            if not texts:
+                q = q.options(defer(LLMCall.prompt_gz), defer(LLMCall.reply_gz))
             if run_id is not None:
                 q = q.where(LLMCall.run_id == run_id)
             if kernel_id is not None:
                 q = q.where(LLMCall.kernel_id == kernel_id)
+            if statuses is not None:
+                q = q.where(LLMCall.status.in_(statuses))
+            if last is not None:
+                return list(reversed(list(s.exec(q.order_by(LLMCall.id.desc()).limit(last)))))
             return list(s.exec(q.order_by(LLMCall.id)))
 
     def llm_usage(self, run_id: int) -> tuple[int, float, float]:
