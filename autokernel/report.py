@@ -245,11 +245,12 @@ def format_md(rows: list[ReportRow], llm: Optional[list[LLMUsage]] = None) -> st
 
 
 def llm_md(usage: Optional[list[LLMUsage]]) -> str:
-    """The LLM section: calls, tokens, time waited and cost per run (its total first) and per kernel."""
+    """The LLM section: calls, tokens, latency (time waited, retries included) and cost per run (its
+    total first) and per kernel."""
     if not usage:
         return ""
     lines = ["", "## LLM calls", "",
-             "| run | kernel | model | calls | usable | prompt tokens | completion tokens | wait (s) | cost (USD) |",
+             "| run | kernel | model | calls | usable | prompt tokens | completion tokens | latency (s) | cost (USD) |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for u in usage:
         cost = "–" if u.cost_usd is None else f"{u.cost_usd:.4f}"
