@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import (AutoKernelError, ConfigError, LLMBudgetSpent, LLMFatalError, NotFoundError,
-                               ProposerError)
+from autokernel.errors import AutoKernelError, ConfigError, LLMError, NotFoundError, ProposerError
 from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
 from autokernel.proposers import LLMSettings, SearchExhausted, make_proposer
 from autokernel.proposers.base import KernelContext, Proposal
+from autokernel.proposers.costs import LLMBudgetSpent
 from autokernel.store.tables import utcnow
 
 MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
@@ -233,9 +233,11 @@ class _Loop:
             self.orch.mark_exhausted(k.id)
             self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
             return []
-        except (LLMFatalError, LLMBudgetSpent):
+        except LLMBudgetSpent:
             raise
         except ProposerError as exc:
+            if isinstance(exc, LLMError) and exc.fatal:
+                raise  # the endpoint refuses the configuration: the run stops
             n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
             self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
             if n >= MAX_PROPOSER_FAILURES:

@@ -563,7 +563,9 @@ def test_kb_run_with_the_llm_proposer(home, monkeypatch):
     """The llm agent goes through the same loop, against the stand-in endpoint on 127.0.0.1: a 429
     whose Retry-After cannot be read is retried (it once dropped the problem silently), the prompt
     carries the problem, its shapes and KernelBench's own judge rules, the answer's edit is judged by
-    the KernelBench judge, kept or reverted, and the call is stored."""
+    the KernelBench judge, kept or reverted, and the call is stored; then a 403 stops the whole run
+    at once (a fatal endpoint error is not one problem's failure)."""
+    from autokernel.errors import LLMError
     from autokernel.kb.runner import kb_run
     from autokernel.store import Store
     from autokernel.workspace import Workspace
@@ -576,21 +578,28 @@ def test_kb_run_with_the_llm_proposer(home, monkeypatch):
     monkeypatch.setenv("AUTOKERNEL_LLM_BACKOFF_S", "0.05")
     server.script = [{"status": 429, "headers": {"retry-after": "soon"}},
                      {"text": "DESCRIPTION: bigger blocks\n<<<<<<< SEARCH\nEW_BLOCK = 1024\n=======\n"
-                              "EW_BLOCK = 2048\n>>>>>>> REPLACE\n"}]
+                              "EW_BLOCK = 2048\n>>>>>>> REPLACE\n"},
+                     {"status": 403, "body": {"error": {"message": "this key may not use fake-model"}}}]
     try:
         with Store(home.db) as store:
             ws = Workspace.open(home)
-            summary = kb_run(store, ws, level=1, ids=[6], source="sample", size="tiny", experiments_per_problem=1,
-                             agent="llm", llm_model="fake-model", provider="openai")
-            rows = store.list_experiments(run_id=summary.run_id)
+            with pytest.raises(LLMError) as exc:
+                kb_run(store, ws, level=1, ids=[6], source="sample", size="tiny", experiments_per_problem=2,
+                       agent="llm", llm_model="fake-model", provider="openai")
+            assert exc.value.fatal and exc.value.exit_code == 15
+            run = store.list_runs()[-1]
+            assert run.status == "failed"
+            rows = store.list_experiments(run_id=run.id)
             assert [r.proposer for r in rows] == ["baseline", "llm"]
             assert rows[1].status in ("kept", "reverted") and rows[1].description == "bigger blocks"
             assert "EW_BLOCK = 2048" in ws.read("kb.sample.L1.6.tiny", rev=rows[1].commit)
-            (call,) = store.list_llm_calls()
-            assert (call.status, call.attempts, call.experiment_id) == ("ok", 2, rows[1].id)
+            calls = store.list_llm_calls()
+            assert [(c.status, c.attempts) for c in calls] == [("ok", 2), ("fatal", 1)]
+            assert calls[0].experiment_id == rows[1].id
     finally:
         server.shutdown()
-    sent = server.requests[-1]["body"]["messages"]
+    assert len(server.requests) == 3
+    sent = server.requests[1]["body"]["messages"]
     system, user = sent[0]["content"], sent[1]["content"]
     assert "class ModelNew" in user and "def get_inputs" in user and "1e-4" in system
     assert "KernelBench's protocol" in system and "five stages" not in system

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from autokernel.errors import ConfigError, LLMFatalError, ProposerError
+from autokernel.errors import ConfigError, LLMError, ProposerError
 from autokernel.proposers import LLMSettings
 from autokernel.proposers.answers import read_answer
 from autokernel.proposers.llm import LLMProposer, answer_budget
@@ -151,7 +151,7 @@ def test_malformed_retry_after_is_ignored_and_the_call_retried(home, llm_env):
 def test_endpoint_parameter_refusals_are_fixed_once_and_fatal_ones_stop(home, llm_env):
     """Bug 3: a 400 for a parameter the model does not take is fixed and asked again (max_tokens ->
     max_completion_tokens, temperature dropped, max_tokens lowered to the model's limit); a 403 is
-    fatal at once: one request, LLMFatalError (exit code 15), no retries."""
+    fatal at once: one request, a fatal LLMError (exit code 15), no retries."""
     server = llm_env
     with Store(home.db) as store:
         run = store.create_run("loop", model="tiny", agent="llm")
@@ -176,9 +176,9 @@ def test_endpoint_parameter_refusals_are_fixed_once_and_fatal_ones_stop(home, ll
         assert "BLOCK = 512" in proposer.propose(TINY_REDUCE, reduce_spec()).source
         assert len(server.requests) == 5  # the fixes hold for the session
         assert "temperature" not in bodies[-1] and server.requests[4]["body"]["max_completion_tokens"] == 2048
-        with pytest.raises(LLMFatalError) as exc:
+        with pytest.raises(LLMError) as exc:
             proposer.propose(TINY_REDUCE, reduce_spec())
-        assert exc.value.exit_code == 15 and "403" in exc.value.one_line()
+        assert exc.value.fatal and exc.value.exit_code == 15 and "403" in exc.value.one_line()
         assert len(server.requests) == 6
         calls = store.list_llm_calls(run.id)
         assert [(c.status, c.http_status, c.attempts) for c in calls] == [("ok", 200, 1), ("ok", 200, 1),

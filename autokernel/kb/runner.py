@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, LLMFatalError, NotFoundError
+from autokernel.errors import AutoKernelError, ConfigError, LLMError, NotFoundError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
 from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded
 from autokernel.proposers import LLMSettings, make_proposer
@@ -245,9 +245,11 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                                                                             "baseline": _row(base) if base else None}))
                 if loop.llm_budget_spent:
                     return why
-            except (KeyboardInterrupt, LLMFatalError):
-                raise  # Ctrl-C, or an endpoint that refuses the configuration: the whole run stops
-            except AutoKernelError as exc:  # one problem failing does not stop the run
+            except KeyboardInterrupt:
+                raise
+            except AutoKernelError as exc:  # one problem failing does not stop the run...
+                if isinstance(exc, LLMError) and exc.fatal:
+                    raise  # ...but an endpoint that refuses the configuration stops it
                 emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
             except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
                 emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],

@@ -16,10 +16,15 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from autokernel.errors import ConfigError, LLMBudgetSpent
+from autokernel.errors import ConfigError, ProposerError
 
 PRICES_ENV = "AUTOKERNEL_LLM_PRICES"
 CHARS_PER_TOKEN = 4.0
+
+
+class LLMBudgetSpent(ProposerError):
+    """The run's LLM budget (--max-llm-calls, --max-cost) is used up: not a failure, the loop stops
+    cleanly with this as its reason."""
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ latency, cost, the prompt's hash, prompt and reply text compressed; never a key:
 redacted). An answer that gives no candidate is recorded with its status (no_code, ambiguous,
 edit_failed, truncated, unchanged, syntax_error, too_large) and the next prompt says what was wrong
 with it; the proposer raises ProposerError (a failed attempt, not an exhausted kernel). An
-endpoint that refuses the configuration raises LLMFatalError (the run stops); a spent budget
-raises LLMBudgetSpent (the run stops cleanly); Ctrl-C during a call is recorded as "interrupted".
+endpoint that refuses the configuration raises an LLMError marked fatal (the run stops); a spent
+budget raises LLMBudgetSpent (the run stops cleanly); Ctrl-C during a call is recorded as "interrupted".
 
 With `candidates` n > 1 the proposer asks for n answers (one request where the protocol has `n`,
 else n requests) and returns every usable one: the loop judges them as one batch. The generated

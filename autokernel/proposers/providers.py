@@ -12,7 +12,7 @@ Keys are read from the environment and go only into request headers; every text 
 (replies, error bodies) passes through autokernel.redact before anyone sees it. A call is retried
 with jittered exponential backoff on timeouts, connection errors, 408/409/425/429 and 5xx; a
 Retry-After (seconds or HTTP date) or retry-after-ms header wins over the backoff, and one that
-cannot be read is ignored. Other 4xx are the configuration's fault and raise EndpointRejected (the
+cannot be read is ignored. Other 4xx are the configuration's fault and raise EndpointRejected (fatal: the
 run stops), except: a prompt over the context length (its own kernel's problem), and a 400/422 that
 names a parameter the model does not take, which is fixed once and asked again (max_tokens ->
 max_completion_tokens, a temperature the model refuses dropped, max_tokens lowered to the
@@ -38,7 +38,7 @@ from typing import Any, Optional
 import httpx
 import tenacity
 
-from autokernel.errors import ConfigError, LLMError, LLMFatalError
+from autokernel.errors import ConfigError, LLMError
 from autokernel.redact import redact
 
 PROVIDERS = ("openai", "anthropic")
@@ -93,8 +93,10 @@ class CallFailed(LLMError):
         self.latency_s = latency_s
 
 
-class EndpointRejected(CallFailed, LLMFatalError):
+class EndpointRejected(CallFailed):
     """401/403/404/400...: the key, the model or a parameter is refused; the run stops at once."""
+
+    fatal = True
 
 
 class _Retry(Exception):
