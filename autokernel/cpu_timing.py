@@ -24,6 +24,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from autokernel.errors import BenchError
+
 CPU_THREADS = 1
 CPU_TIMING_NOTE = (f"CPU timings ({CPU_THREADS} thread, median of repeated runs) under the Triton interpreter: "
                    "they rank candidates on this machine, they are not GPU timings")
@@ -74,30 +76,41 @@ def cpu_time_child() -> int:
     shapes = req.get("shapes") or spec.small_shapes
     weights = req.get("weights") or [1] * len(shapes)
     dtype = to_dtype(req.get("dtype") or "float32")
-    total = {"latency_us": 0.0, "latency_iqr_us": 0.0, "eager_us": 0.0}
+    total = {"latency_us": 0.0, "latency_iqr_us": 0.0, "eager_us": 0.0, "per_shape": []}
     with pinned_threads():
         for shape, w in zip(shapes, weights):
             args = make_inputs(spec, shape, dtype, "cpu", 1234)
+            row = {"shape": shape, "weight": w}
             for name, f in (("latency", fn), ("eager", spec.reference)):
                 f(*args)  # warm-up
                 samples = [s * 1e6 for s in repeat(lambda: f(*args), min_runs=5,
                                                    budget_s=float(req.get("seconds_per_shape", 1.0)))]
                 q = statistics.quantiles(samples, n=4)
-                total[f"{name}_us"] += w * statistics.median(samples)
+                row[f"{name}_us"] = statistics.median(samples)
+                total[f"{name}_us"] += w * row[f"{name}_us"]
                 if name == "latency":
                     total["latency_iqr_us"] += w * (q[2] - q[0])
+            total["per_shape"].append(row)
     sys.stdout.write(json.dumps(total))
     return 0
 
 
+class CPUTimingFailed(BenchError):
+    """The candidate failed in the CPU timing child (it exited, raised or hung there): a result of
+    the candidate, recorded as its experiment's outcome, not a failure of the run."""
+
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
 def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, dtype=None,
-                  timeout_s: float = 300.0) -> dict[str, float]:
+                  timeout_s: float = 300.0) -> dict[str, Any]:
     import subprocess
     import sys
     from pathlib import Path
 
-    from autokernel.bench.isolation import clean_env, kill_group
-    from autokernel.errors import BenchError
+    from autokernel.bench.isolation import clean_env, describe_exit, kill_group
 
     env = clean_env()
     root = str(Path(__file__).resolve().parents[1])
@@ -112,13 +125,17 @@ def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, d
         out, err = proc.communicate(json.dumps(req).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        raise BenchError(f"CPU timing exceeded {timeout_s:.0f} s") from None
+        raise CPUTimingFailed(f"cpu-timing: exceeded its time limit ({timeout_s:.0f} s)", timed_out=True) from None
     except BaseException:  # Ctrl-C: the child is in its own session and would run on
         kill_group(proc)
         raise
     if proc.returncode != 0:
-        raise BenchError(f"CPU timing failed: {err.decode(errors='replace')[-1500:]}")
-    return json.loads(out)
+        raise CPUTimingFailed(f"cpu-timing: the timing process {describe_exit(proc.returncode)}: "
+                              f"{err.decode(errors='replace')[-1500:]}")
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        raise CPUTimingFailed(f"cpu-timing: unreadable output {out[-200:]!r}") from None
 
 
 class CPUTimedJudge:
@@ -130,9 +147,16 @@ class CPUTimedJudge:
     def __call__(self, source: str, **kw):
         res = self.judge(source=source, **{k: v for k, v in kw.items()})
         if res.correct and res.latency_us is None:
-            t = cpu_wallclock(source, kernel_type=kw["kernel_type"], shapes=kw.get("shapes"),
-                              weights=kw.get("weights"), dtype=kw.get("dtype"),
-                              timeout_s=kw.get("timeout_s", 300.0))
+            from autokernel.bench.result import CRASHED, TIMEOUT
+
+            try:
+                t = cpu_wallclock(source, kernel_type=kw["kernel_type"], shapes=kw.get("shapes"),
+                                  weights=kw.get("weights"), dtype=kw.get("dtype"),
+                                  timeout_s=kw.get("timeout_s", 300.0))
+            except CPUTimingFailed as exc:  # the candidate's own failure, recorded as its result
+                res.outcome, res.error = (TIMEOUT if exc.timed_out else CRASHED), str(exc)
+                return res
+            res.extra["per_shape"] = t.get("per_shape", [])
             res.latency_us, res.latency_iqr_us, res.eager_us = t["latency_us"], t["latency_iqr_us"], t["eager_us"]
             # eager_us is kept for the record; a speed-up of interpreted Triton over native
             # PyTorch means nothing, so none is claimed (the orchestrator then uses vs-baseline)

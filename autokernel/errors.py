@@ -88,9 +88,12 @@ class ProposerError(AutoKernelError):
 
 
 class LLMError(ProposerError):
-    """The LLM endpoint failed: timeout, HTTP error after retries, malformed reply."""
+    """The LLM endpoint failed: timeout, HTTP error after retries, malformed reply. `fatal`: the
+    endpoint refuses the configuration itself (a rejected key, a forbidden or unknown model, a
+    parameter it does not take); asking again cannot help, so the run stops at once."""
 
     exit_code = 15
+    fatal = False
 
 
 class KernelBenchError(AutoKernelError):

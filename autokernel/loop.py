@@ -29,12 +29,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, NotFoundError, ProposerError
-from autokernel.orchestrator import Orchestrator, run_elapsed_s
-from autokernel.proposers import SearchExhausted, make_proposer
+from autokernel.errors import AutoKernelError, ConfigError, LLMError, NotFoundError, ProposerError
+from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
+from autokernel.proposers import LLMSettings, SearchExhausted, make_proposer
 from autokernel.proposers.base import KernelContext, Proposal
+from autokernel.proposers.costs import LLMBudgetSpent
 from autokernel.runs import check_loop_options, lock_key, lock_what
-from autokernel.store.tables import LLMCall, utcnow
+from autokernel.store.tables import utcnow
 
 MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
 
@@ -72,13 +73,6 @@ class LoopSummary:
 Judge = Callable[..., Any]  # (source, kernel_type=, shapes=, weights=, dtype=, quick=, timeout_s=) -> BenchResult
 
 
-def beats(new_us: float, new_iqr: float | None, best_us: float | None, best_iqr: float | None) -> bool:
-    if best_us is None:
-        return True
-    noise = max(new_iqr or 0.0, best_iqr or 0.0, 0.01 * best_us)
-    return new_us < best_us - noise
-
-
 class _Loop:
     """The experiments of one run. Subclasses (kb.runner._KBLoop) change what differs through spec(),
     experiment_limit(), count() and the stop reasons, never the loop itself."""
@@ -98,7 +92,12 @@ class _Loop:
         self.elapsed_before = run_elapsed_s(store, run.id)
         self.t0 = time.monotonic()
         self.last_result: dict[int, Any] = {}
+        self.best_result: dict[int, Any] = {}  # the bench result of each kernel's best version, this session
         self.failures: dict[int, int] = {}
+        self.ceilings: Optional[dict] = None  # this device's measured ceilings (GPU), for the proposer
+        self.device = ""
+        self.llm_budget_spent = False
+        self._changes: dict[str, Optional[str]] = {}  # commit -> what it changed (git show is not free)
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -119,7 +118,34 @@ class _Loop:
 
         shapes, weights = kernel_shapes(k)
         return KernelContext(name=k.name, kernel_type=k.kernel_type, backend=k.backend, dtype=k.dtype,
-                             shapes=shapes, weights=weights, kernel_id=k.id, run_id=self.run.id)
+                             shapes=shapes, weights=weights, kernel_id=k.id, run_id=self.run.id,
+                             share=float(k.share or 0.0))
+
+    def brief(self, k, source: str, history: list) -> KernelContext:
+        """What the proposer is told besides the file: the context, the device's ceilings, the best
+        version's per-shape timings, what each recent experiment changed, the last failure's diff."""
+        from autokernel.proposers.changes import candidate_diff, commit_change
+
+        ctx = self.context(k)
+        ctx.ceilings, ctx.device = self.ceilings, self.device
+        best = self.best_result.get(k.id)
+        ctx.best_per_shape = list((best.extra or {}).get("per_shape") or []) if best is not None else []
+        for e in history[-16:]:
+            if e.commit and e.proposer != "baseline" and e.status != "running":
+                if e.commit not in self._changes:
+                    self._changes[e.commit] = commit_change(self.ws, e.commit)
+                if self._changes[e.commit]:
+                    ctx.changes[e.id] = self._changes[e.commit]
+        done = [e for e in history if e.status not in ("running", "abandoned")]
+        if done and done[-1].status in ("incorrect", "crashed", "timeout") and done[-1].commit:
+            try:
+                ctx.failed_diff = candidate_diff(source, self.ws.read(k.name, done[-1].commit))
+            except AutoKernelError:
+                pass  # its commit is gone (never for pinned experiments): the error alone is reported
+        limit = self.experiment_limit()
+        if limit is not None:
+            ctx.max_candidates = max(1, limit - self.count())
+        return ctx
 
     def bench(self, k, source: str, quick: bool):
         ctx = self.context(k)
@@ -184,6 +210,8 @@ class _Loop:
             row = self.store.update_experiment(exp.id, **fields)
             self.orch.record(row)
             self.last_result[k.id] = res
+            if res.correct:
+                self.best_result[k.id] = res
             if not res.correct:
                 self.orch.mark_exhausted(k.id)
                 self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
@@ -197,75 +225,109 @@ class _Loop:
 
         return get_spec(k.kernel_type)
 
-    def propose(self, k) -> Optional[Proposal]:
+    def propose(self, k) -> list[Proposal]:
+        """The proposer's candidates for kernel k (empty when it had none); a fatal endpoint error
+        or a spent LLM budget propagates."""
         source = self.ws.read(k.name)
         history = self.store.list_experiments(kernel_id=k.id)
         try:
-            proposal = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id),
-                                             kernel=self.context(k))
+            got = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id),
+                                        kernel=self.brief(k, source, history))
         except SearchExhausted as exc:
             self.orch.mark_exhausted(k.id)
             self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
-            return None
+            return []
+        except LLMBudgetSpent:
+            raise
         except ProposerError as exc:
+            if isinstance(exc, LLMError) and exc.fatal:
+                raise  # the endpoint refuses the configuration: the run stops
             n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
             self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
             if n >= MAX_PROPOSER_FAILURES:
                 self.orch.mark_exhausted(k.id)
                 self.emit(LoopEvent("exhausted", f"{k.name}: {n} failed proposals in a row; set aside",
                                     {"kernel": k.name}))
-            return None
+            return []
         self.failures[k.id] = 0
-        return proposal
+        proposals = got if isinstance(got, list) else [got]
+        limit = self.experiment_limit()
+        if limit is not None:
+            proposals = proposals[:max(1, limit - self.count())]
+        return proposals
 
-    def experiment(self, k, proposal: Proposal) -> None:
-        st = self.orch.states[k.id]
-        t0 = time.monotonic()
+    def _start(self, k, proposal: Proposal) -> tuple[Any, str]:
         exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
                                         backend=k.backend, proposer=self.agent, description=proposal.description,
                                         config_json=json.dumps(proposal.config, sort_keys=True, default=str),
-                                        status="running")
+                                        status="running", llm_call_id=proposal.llm_call_id)
         tag = f"{k.kernel_type}-r{self.run.id}-e{exp.number}"
         self.store.update_experiment(exp.id, tag=tag)
         if proposal.llm_call_id is not None:
-            self.store._update(LLMCall, proposal.llm_call_id, experiment_id=exp.id)
+            call = self.store.get_llm_call(proposal.llm_call_id)
+            if call.experiment_id is None:  # the first candidate of the call; all name it in llm_call_id
+                self.store.update_llm_call(call.id, experiment_id=exp.id)
         self.emit(LoopEvent("start", f"#{exp.number} {k.name}: {proposal.description}",
                             {"number": exp.number, "kernel": k.name, "description": proposal.description}))
-        worktree, sha = None, None
+        return exp, tag
+
+    def experiments(self, k, proposals: list[Proposal]) -> None:
+        """Judge a batch of candidates for one kernel, each in its own worktree from the same branch
+        head, against the best before the batch; the fastest that beats it is kept, the rest reverted.
+        A batch of one is the classic keep/revert experiment."""
+        st = self.orch.states[k.id]
+        best_us, best_iqr = st.best_us, st.best_iqr_us
+        open_: list[tuple[Any, Any, Optional[str], float]] = []  # (row, worktree, sha, t0) without a verdict
+        judged: list[tuple[Any, Any, str, Any, float]] = []  # (row, worktree, sha, result, seconds)
         try:
-            worktree = self.ws.start_experiment(k.name, tag)
-            sha = self.ws.commit_experiment(worktree, proposal.source, f"{tag}: {proposal.description}", tag)
-            self.store.update_experiment(exp.id, commit=sha)
-            res = self.bench(k, proposal.source, quick=proposal.quick)
-            screened = proposal.quick and res.correct and res.latency_us is not None
-            if screened and beats(res.latency_us, res.latency_iqr_us, st.best_us, st.best_iqr_us):
-                res = self.bench(k, proposal.source, quick=False)  # promoted: the full judgement decides
-            fields = res.experiment_fields()
-            if res.correct:
-                # a quick screen that did not beat the best fails `beats` here too: never kept unjudged
-                keep = (res.latency_us is not None and not res.flagged
-                        and beats(res.latency_us, res.latency_iqr_us, st.best_us, st.best_iqr_us))
-                fields["status"] = "kept" if keep else "reverted"
-                if res.flagged:
-                    fields["error"] = "speed-up over 10x: flagged for review, not kept"
-            fields.update(duration_s=time.monotonic() - t0, finished_at=utcnow())
-            row = self.store.update_experiment(exp.id, **fields)
-            if row.status == "kept":
-                self.ws.keep(k.name, worktree, sha)
-            else:
-                self.ws.revert(k.name, worktree, sha)
+            for proposal in proposals:
+                t0 = time.monotonic()
+                exp, tag = self._start(k, proposal)
+                open_.append((exp, None, None, t0))
+                worktree = self.ws.start_experiment(k.name, tag)
+                open_[-1] = (exp, worktree, None, t0)
+                sha = self.ws.commit_experiment(worktree, proposal.source, f"{tag}: {proposal.description}", tag)
+                open_[-1] = (exp, worktree, sha, t0)
+                self.store.update_experiment(exp.id, commit=sha)
+                res = self.bench(k, proposal.source, quick=proposal.quick)
+                screened = proposal.quick and res.correct and res.latency_us is not None
+                if screened and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr):
+                    res = self.bench(k, proposal.source, quick=False)  # promoted: the full judgement decides
+                judged.append((exp, worktree, sha, res, time.monotonic() - t0))
+            # a quick screen that did not beat the best fails `beats` here too: never kept unjudged
+            eligible = [j for j in judged if j[3].correct and j[3].latency_us is not None and not j[3].flagged
+                        and beats(j[3].latency_us, j[3].latency_iqr_us, best_us, best_iqr)]
+            winner = min(eligible, key=lambda j: j[3].latency_us) if eligible else None
+            rows = []
+            for exp, worktree, sha, res, seconds in judged:
+                fields = res.experiment_fields()
+                if res.correct:
+                    fields["status"] = "kept" if winner is not None and exp.id == winner[0].id else "reverted"
+                    if res.flagged:
+                        fields["error"] = "speed-up over 10x: flagged for review, not kept"
+                fields.update(duration_s=seconds, finished_at=utcnow())
+                rows.append((self.store.update_experiment(exp.id, **fields), res))
+                open_ = [o for o in open_ if o[0].id != exp.id]
+                if fields["status"] == "kept":
+                    self.ws.keep(k.name, worktree, sha)
+                else:
+                    self.ws.revert(k.name, worktree, sha)
         except BaseException as exc:
             # Ctrl-C (or a workspace/bench failure): leave no running row and no worktree behind.
-            if worktree is not None:
-                try:
-                    self.ws.revert(k.name, worktree, sha)
-                except Exception:
-                    pass
-            self.abandon(exp, exc, t0)
+            for exp, worktree, sha, t0 in open_:
+                if worktree is not None:
+                    try:
+                        self.ws.revert(k.name, worktree, sha)
+                    except Exception:
+                        pass
+                self.abandon(exp, exc, t0)
             raise
-        self.orch.record(row)
-        self.last_result[k.id] = res
-        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
+        for row, res in rows:
+            self.orch.record(row)
+            self.last_result[k.id] = res
+            if row.status == "kept":
+                self.best_result[k.id] = res
+            self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
         self.state_event()
 
     def experiment_limit(self) -> Optional[int]:
@@ -284,9 +346,13 @@ class _Loop:
             if st is None:
                 return self.NOTHING_LEFT
             k = self.kernels[st.kernel_id]
-            proposal = self.propose(k)
-            if proposal is not None:
-                self.experiment(k, proposal)
+            try:
+                proposals = self.propose(k)
+            except LLMBudgetSpent as exc:
+                self.llm_budget_spent = True
+                return exc.one_line()
+            if proposals:
+                self.experiments(k, proposals)
 
 
 def _row(e) -> dict[str, Any]:
@@ -333,11 +399,16 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
              agent: str = "search", kernels: list[str] | None = None, backend: str = "triton",
              resume_run_id: int | None = None, batch: int = 1, seq: int | None = None, dtype: str | None = None,
              device: str | None = None, top: int = 5, llm_model: str | None = None, provider: str | None = None,
-             timeout_s: float = 600.0, verify: bool = True, judge: Judge | None = None, proposer=None,
+             llm: LLMSettings | None = None, timeout_s: float = 600.0, verify: bool = True,
+             judge: Judge | None = None, proposer=None,
              on_event: Callable[[LoopEvent], None] | None = None) -> LoopSummary:
     """Run (or resume) an optimization run; returns its summary. KeyboardInterrupt is handled: the
-    current experiment is abandoned cleanly and the summary says "interrupted"."""
+    current experiment is abandoned cleanly and the summary says "interrupted". The proposer's
+    configuration (the llm's endpoint, key, model, price) is checked before anything is profiled,
+    extracted or written; `llm` holds the llm agent's options (llm_model/provider fill its gaps)."""
     emit = on_event or (lambda e: None)
+    llm = LLMSettings(**(llm.config() if llm else {}))
+    llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
     run = None
     if resume_run_id is not None:
         run = store.get_run(resume_run_id)
@@ -351,13 +422,15 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         # the budget of the original command, unless this one names a new one
         hours = hours if hours is not None else opts.get("hours")
         max_experiments = max_experiments if max_experiments is not None else opts.get("max_experiments")
-        llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
+        llm = llm.merged(opts)
     elif not model:
         raise ConfigError("--model is required (or --resume RUN)")
     # every option is checked before anything is written (see autokernel/runs.py)
     check_loop_options(hours=hours, max_experiments=max_experiments, agent=agent if proposer is None else "search",
                        kernels=kernels, backend=backend, batch=batch, seq=seq, dtype=dtype, top=top,
-                       timeout_s=timeout_s, provider=provider, llm_model=llm_model)
+                       timeout_s=timeout_s, provider=llm.provider, llm_model=llm.llm_model)
+    if proposer is None:  # a missing model name or key is said now, not after profiling and baselines
+        proposer = make_proposer(agent, llm=llm, store=store)
     key = lock_key("loop", model)
     with store.locked(key, what=lock_what("loop", model)):
         if run is not None:
@@ -371,20 +444,21 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         if run is None:
             run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
                 "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
-                "batch": batch, "seq": seq, "dtype": dtype, "top": top, "llm_model": llm_model,
-                "provider": provider})
+                "batch": batch, "seq": seq, "dtype": dtype, "top": top, **llm.config()})
             emit = stamped(emit, run.id)
         store.set_lock_run(key, run.id)
+        if hasattr(proposer, "run_id"):
+            proposer.run_id = run.id
         hours = 8.0 if hours is None else float(hours)
         worker = None
+        ceilings: dict = {}
         try:
-            if proposer is None:
-                proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
             if judge is None:
-                judge, worker = default_judge(store, emit, gpu_compile=proposer.writes_source)
+                judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source)
             loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
                          budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s,
                          on_event=emit)
+            loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")
         except BaseException:
             if worker is not None:
                 worker.close()
@@ -460,11 +534,13 @@ def cleanup_stale(workspace, emit) -> None:
         emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
 
 
-def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any]:
+def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, dict[str, Any]]:
     """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
     ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
-    a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects)."""
+    a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
+    Returns (judge, worker, {"ceilings": measured or None, "device": what the timings are})."""
     import functools
+    import platform
 
     import torch
 
@@ -475,10 +551,12 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any]:
     worker = BenchWorker()
     if not torch.cuda.is_available():
         emit(LoopEvent("stage", "no GPU: kernels run in the Triton interpreter; " + CPU_TIMING_NOTE))
-        return CPUTimedJudge(functools.partial(worker.judge, gpu_compile=gpu_compile)), worker
+        return (CPUTimedJudge(functools.partial(worker.judge, gpu_compile=gpu_compile)), worker,
+                {"ceilings": None, "device": f"cpu {platform.machine()} (Triton interpreter)"})
     emit(LoopEvent("stage", "measuring the device's ceilings (once per device)"))
     device = calibrate(store, worker=worker)
-    return functools.partial(worker.judge, ceilings=ceilings_of(device)), worker
+    ceilings = ceilings_of(device)
+    return functools.partial(worker.judge, ceilings=ceilings), worker, {"ceilings": ceilings, "device": device.name}
 
 
 def _verify(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:

@@ -28,6 +28,21 @@ from autokernel.amdahl import kernel_speedup, model_speedup
 
 # statuses that are experiments with a verdict (abandoned rows have none; baseline is the start)
 VERDICTS = ("kept", "reverted", "incorrect", "crashed", "timeout")
+NOISE_FLOOR = 0.01  # of the best latency: the smallest gain the keep rule believes
+
+
+def beats(new_us: float, new_iqr: float | None, best_us: float | None, best_iqr: float | None) -> bool:
+    """The keep rule: faster than the best by more than the noise,
+    new < best - max(iqr_new, iqr_best, 1% of best)."""
+    if best_us is None:
+        return True
+    noise = max(new_iqr or 0.0, best_iqr or 0.0, NOISE_FLOOR * best_us)
+    return new_us < best_us - noise
+
+
+def keep_threshold_us(best_us: float, best_iqr: float | None) -> float:
+    """The latency a candidate with no noise of its own must beat to be kept."""
+    return best_us - max(best_iqr or 0.0, NOISE_FLOOR * best_us)
 
 
 @dataclass
@@ -179,13 +194,15 @@ class Orchestrator:
 
 
 def run_elapsed_s(store, run_id: int) -> float:
-    """Budget time already spent by a run, from its experiment rows: finished rows count their
+    """Budget time already spent by a run, from the store: finished experiment rows count their
     measured duration; rows a killed process abandoned count the median duration (their own end
-    time is when the resume noticed them, not when they died)."""
+    time is when the resume noticed them, not when they died); and every LLM call counts the time
+    spent waiting on it, retries included (calls that gave no experiment too)."""
     rows = store.list_experiments(run_id=run_id)
     done = [float(e.duration_s) for e in rows if e.duration_s]
     median = statistics.median(done) if done else 0.0
-    return sum(done) + median * sum(1 for e in rows if e.status == "abandoned" and not e.duration_s)
+    waited = store.llm_usage(run_id)[2]
+    return sum(done) + median * sum(1 for e in rows if e.status == "abandoned" and not e.duration_s) + waited
 
 
 def config_key(config: dict | str | None) -> str:

@@ -60,7 +60,44 @@ def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
     return rows
 
 
-def format_report(rows: list[ReportRow], fmt: str) -> str:
+@dataclass
+class LLMUsage:
+    """The LLM calls of one run on one kernel (kernel "all": the run's total)."""
+
+    run: Optional[int]
+    kernel: str
+    model: str  # provider/model, comma-joined when several
+    calls: int = 0
+    usable: int = 0  # calls whose answer gave at least one candidate
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wait_s: float = 0.0
+    cost_usd: Optional[float] = None  # None when no call had a price
+
+    def add(self, c) -> None:
+        self.calls += 1
+        self.usable += c.status == "ok"
+        self.prompt_tokens += c.prompt_tokens or 0
+        self.completion_tokens += c.completion_tokens or 0
+        self.wait_s += c.latency_s or 0.0
+        if c.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + c.cost_usd
+        name = f"{c.provider}/{c.model}"
+        if name not in self.model.split(", "):
+            self.model = ", ".join(m for m in (self.model, name) if m)
+
+
+def build_llm_usage(store, run_id: Optional[int] = None) -> list[LLMUsage]:
+    """Per run: its total, then one entry per kernel (calls with no kernel under "-")."""
+    names = {k.id: k.name for k in store.list_kernels()}
+    out: dict[tuple, LLMUsage] = {}
+    for c in store.list_llm_calls(run_id=run_id, texts=False):
+        for key in ((c.run_id, "all"), (c.run_id, names.get(c.kernel_id, "-"))):
+            out.setdefault(key, LLMUsage(run=key[0], kernel=key[1], model="")).add(c)
+    return sorted(out.values(), key=lambda u: (u.run or 0, u.kernel != "all", u.kernel))
+
+
+def format_report(rows: list[ReportRow], fmt: str, llm: Optional[list[LLMUsage]] = None) -> str:
     if fmt == "tsv":
         return format_tsv(rows)
     if fmt == "csv":
@@ -68,7 +105,7 @@ def format_report(rows: list[ReportRow], fmt: str) -> str:
     if fmt == "json":
         return format_json(rows)
     if fmt == "md":
-        return format_md(rows)
+        return format_md(rows, llm)
     raise ConfigError(f"unknown report format {fmt!r}", hint="use one of: " + ", ".join(FORMATS))
 
 
@@ -181,9 +218,9 @@ def _x(value: Optional[float], suffix: str = "x") -> str:
     return "–" if value is None else f"{value:.2f}{suffix}"
 
 
-def format_md(rows: list[ReportRow]) -> str:
+def format_md(rows: list[ReportRow], llm: Optional[list[LLMUsage]] = None) -> str:
     if not rows:
-        return "# AutoKernel report\n\nNo experiments recorded yet.\n"
+        return "# AutoKernel report\n\nNo experiments recorded yet.\n" + llm_md(llm)
     summaries = summarize(rows)
     runs = sorted({r.values["run"] for r in rows if r.values["run"] is not None})
     lines = ["# AutoKernel report", ""]
@@ -213,7 +250,23 @@ def format_md(rows: list[ReportRow]) -> str:
     if model is not None:
         overall += f"; estimated model speed-up (Amdahl, from profile shares) {_x(model)}"
     lines += ["", overall + ".", ""]
-    return "\n".join(lines)
+    return "\n".join(lines) + llm_md(llm)
+
+
+def llm_md(usage: Optional[list[LLMUsage]]) -> str:
+    """The LLM section: calls, tokens, latency (time waited, retries included) and cost per run (its
+    total first) and per kernel."""
+    if not usage:
+        return ""
+    lines = ["", "## LLM calls", "",
+             "| run | kernel | model | calls | usable | prompt tokens | completion tokens | latency (s) | cost (USD) |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    for u in usage:
+        cost = "–" if u.cost_usd is None else f"{u.cost_usd:.4f}"
+        kernel = "**all**" if u.kernel == "all" else _md_cell(u.kernel)
+        lines.append(f"| {u.run if u.run is not None else '–'} | {kernel} | {_md_cell(u.model)} | {u.calls} | "
+                     f"{u.usable} | {u.prompt_tokens} | {u.completion_tokens} | {u.wait_s:.1f} | {cost} |")
+    return "\n".join(lines) + "\n"
 
 
 def _md_cell(text: str) -> str:

@@ -86,6 +86,17 @@ def test_hang_is_stopped_by_the_stage_alarm(worker):
 
 
 @pytest.mark.timeout(120)
+def test_hang_at_import_is_a_timeout(worker):
+    """Issue 21, bug 10: a kernel that hangs at import was labelled crashed (a compile error)."""
+    t0 = time.monotonic()
+    res = _judge(worker, "hang_at_import", timeout_s=4)
+    assert res.outcome == TIMEOUT, res.error
+    assert res.error == "load: exceeded its time limit" and res.experiment_fields()["status"] == "timeout"
+    assert time.monotonic() - t0 < 30
+    assert _judge(worker, "good").outcome == CORRECT
+
+
+@pytest.mark.timeout(120)
 def test_hang_inside_a_triton_kernel(worker):
     # Under the interpreter the alarm fires inside Triton, which wraps it: still a timeout.
     res = _judge(worker, "hang_in_kernel", timeout_s=4)

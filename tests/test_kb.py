@@ -559,38 +559,51 @@ def test_score_fast_p_arithmetic(tmp_path):
     assert best1["speedup_vs_eager"] == 2.5
 
 
-def test_kb_run_with_the_llm_proposer(home):
-    """The llm agent goes through the same loop: the prompt carries the problem, the reply's file is
-    judged by the KernelBench judge, kept or reverted, and the call is stored."""
+def test_kb_run_with_the_llm_proposer(home, monkeypatch):
+    """The llm agent goes through the same loop, against the stand-in endpoint on 127.0.0.1: a 429
+    whose Retry-After cannot be read is retried (it once dropped the problem silently), the prompt
+    carries the problem, its shapes and KernelBench's own judge rules, the answer's edit is judged by
+    the KernelBench judge, kept or reverted, and the call is stored; then a 403 stops the whole run
+    at once (a fatal endpoint error is not one problem's failure)."""
+    from autokernel.errors import LLMError
     from autokernel.kb.runner import kb_run
-    from autokernel.proposers.llm import LLMProposer
-    from autokernel.proposers.providers import ChatReply
     from autokernel.store import Store
     from autokernel.workspace import Workspace
 
-    prompts = []
+    from support.llm_server import ScriptedLLM
 
-    class FakeClient:
-        name, model = "openai", "fake-model"
-
-        def complete(self, system, user):
-            prompts.append(user)
-            current = user.split("## The current kernel.py\n```python\n", 1)[1].rsplit("```", 1)[0]
-            new = current.replace("EW_BLOCK = 1024", "EW_BLOCK = 2048")
-            return ChatReply(text=f"DESCRIPTION: bigger blocks\n```python\n{new}```", prompt_tokens=10,
-                             completion_tokens=20, http_status=200, attempts=1, latency_s=0.01)
-
-    with Store(home.db) as store:
-        ws = Workspace.open(home)
-        proposer = LLMProposer(store=store, client=FakeClient())
-        summary = kb_run(store, ws, level=1, ids=[6], source="sample", size="tiny", experiments_per_problem=1,
-                         agent="llm", proposer=proposer)
-        rows = store.list_experiments(run_id=summary.run_id)
-        assert [r.proposer for r in rows] == ["baseline", "llm"]
-        assert rows[1].status in ("kept", "reverted") and rows[1].description == "bigger blocks"
-        assert "EW_BLOCK = 2048" in ws.read("kb.sample.L1.6.tiny", rev=rows[1].commit)
-        assert len(store.list_llm_calls()) == 1
-    assert "class ModelNew" in prompts[0] and "def get_inputs" in prompts[0] and "1e-4" in prompts[0]
+    server = ScriptedLLM().start()
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-kb-0a1b2c3d")
+    monkeypatch.setenv("AUTOKERNEL_LLM_BACKOFF_S", "0.05")
+    server.script = [{"status": 429, "headers": {"retry-after": "soon"}},
+                     {"text": "DESCRIPTION: bigger blocks\n<<<<<<< SEARCH\nEW_BLOCK = 1024\n=======\n"
+                              "EW_BLOCK = 2048\n>>>>>>> REPLACE\n"},
+                     {"status": 403, "body": {"error": {"message": "this key may not use fake-model"}}}]
+    try:
+        with Store(home.db) as store:
+            ws = Workspace.open(home)
+            with pytest.raises(LLMError) as exc:
+                kb_run(store, ws, level=1, ids=[6], source="sample", size="tiny", experiments_per_problem=2,
+                       agent="llm", llm_model="fake-model", provider="openai")
+            assert exc.value.fatal and exc.value.exit_code == 15
+            run = store.list_runs()[-1]
+            assert run.status == "failed"
+            rows = store.list_experiments(run_id=run.id)
+            assert [r.proposer for r in rows] == ["baseline", "llm"]
+            assert rows[1].status in ("kept", "reverted") and rows[1].description == "bigger blocks"
+            assert "EW_BLOCK = 2048" in ws.read("kb.sample.L1.6.tiny", rev=rows[1].commit)
+            calls = store.list_llm_calls()
+            assert [(c.status, c.attempts) for c in calls] == [("ok", 2), ("fatal", 1)]
+            assert calls[0].experiment_id == rows[1].id
+    finally:
+        server.shutdown()
+    assert len(server.requests) == 3
+    sent = server.requests[1]["body"]["messages"]
+    system, user = sent[0]["content"], sent[1]["content"]
+    assert "class ModelNew" in user and "def get_inputs" in user and "1e-4" in system
+    assert "KernelBench's protocol" in system and "five stages" not in system
+    assert "## The problem's shapes" in user and "Inputs (get_inputs): float32[" in user
 
 
 def test_elementwise_ops_generated_and_correct(kb_worker, tmp_path, home):

@@ -212,3 +212,24 @@ def test_ctrl_c_then_kill_9_then_resume(home):
 def refs_ok(ws, row) -> bool:
     """An abandoned experiment's commit is still reachable by its ref."""
     return ws.experiment_refs().get(row.tag) == row.commit
+
+
+def test_a_candidate_that_fails_only_in_cpu_timing_is_its_result(home):
+    """Issue 21, bug 2: a correct candidate that exits or hangs in the CPU timing step aborted the run
+    (a BenchError, exit 11); it is the candidate's outcome: crashed, or timeout."""
+    from autokernel.bench.result import CORRECT, CRASHED, TIMEOUT, BenchResult
+    from autokernel.cpu_timing import CPUTimedJudge
+
+    def judged_correct(source, **kw):  # the stages' verdict; timing is what is under test
+        return BenchResult(kernel_type="reduce", backend="triton", outcome=CORRECT)
+
+    judge = CPUTimedJudge(judged_correct)
+    trap = "import sys as _sys, time as _time\nif 'autokernel.cpu_timing' in _sys.modules:\n    {}\n"
+    kw = dict(kernel_type="reduce", shapes=SHAPES, weights=[1.0], dtype="float32")
+    exits = judge(TINY_REDUCE + trap.format("raise SystemExit(3)"), timeout_s=120, **kw)
+    assert exits.outcome == CRASHED and "exited with status 3" in exits.error
+    assert exits.experiment_fields()["status"] == "crashed"
+    hangs = judge(TINY_REDUCE + trap.format("_time.sleep(3600)"), timeout_s=6, **kw)
+    assert hangs.outcome == TIMEOUT and "cpu-timing: exceeded its time limit (6 s)" in hangs.error
+    fine = judge(TINY_REDUCE.replace("DELAY_MS = 300", "DELAY_MS = 0"), timeout_s=120, **kw)
+    assert fine.outcome == CORRECT and fine.latency_us > 0 and fine.extra["per_shape"][0]["shape"] == SHAPES[0]

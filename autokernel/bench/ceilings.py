@@ -12,7 +12,8 @@ import time
 import torch
 
 # Side note only (H200 SXM datasheet, dense): never used to compute pct_peak.
-DATASHEET = {"NVIDIA H200": {"hbm_gbps": 4800.0, "bf16_tflops": 989.0, "fp16_tflops": 989.0, "tf32_tflops": 494.0}}
+DATASHEET = {"NVIDIA H200": {"hbm_gbps": 4800.0, "bf16_tflops": 989.0, "fp16_tflops": 989.0, "tf32_tflops": 494.0,
+                             "fp32_tflops": 67.0}}
 
 
 def device_info() -> dict:

@@ -35,8 +35,9 @@ FLAG_SPEEDUP = 10.0
 BASELINE_S = 240.0  # eager + torch.compile of the reference per shape, and the ceilings, on a cold cache
 
 
-class StageTimeout(Exception):
-    pass
+class StageTimeout(BaseException):
+    """A stage's alarm. Not an Exception, so that `except Exception` (the kernel file's import
+    wrapper, a candidate's own handlers) cannot turn a hang into a crash or a compile error."""
 
 
 _armed = False

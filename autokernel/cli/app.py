@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug_enabled():
             raise
         from autokernel.cli.console import err
+        from autokernel.redact import redact
 
-        err.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False)
+        # markup off for the message: an endpoint's error text may hold brackets
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(redact(exc.one_line()), markup=False, highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         from autokernel.cli.console import err

@@ -12,6 +12,7 @@ from rich.table import Table
 from autokernel.cli.console import err, out
 from autokernel.cli.options import positive
 from autokernel.cli.runlog import RunLog, tee
+from autokernel.redact import redact
 
 kb_app = typer.Typer(help="KernelBench: list problems, optimize them (kb run), score the results (kb score).",
                      no_args_is_help=True, add_completion=False)
@@ -91,18 +92,19 @@ class _Progress:
     def __call__(self, event) -> None:
         if event.kind == "state":
             return
+        message = redact(event.message)
         if event.kind == "problem":
-            self.problem = event.message
+            self.problem = message
         else:
-            self.last = event.message
+            self.last = message
         if self.quiet:
             return
         if self.live is not None:
             self.live.update(self.render())
             if event.kind in ("problem_done", "problem_failed", "exhausted"):
-                self.live.console.print(f"[{time.strftime('%H:%M:%S')}] {event.message}", highlight=False)
+                self.live.console.print(f"[{time.strftime('%H:%M:%S')}] {message}", highlight=False, markup=False)
         else:
-            out.print(f"[{time.strftime('%H:%M:%S')}] {event.message}", highlight=False)
+            out.print(f"[{time.strftime('%H:%M:%S')}] {message}", highlight=False, markup=False)
 
 
 @kb_app.command("run")
@@ -122,11 +124,17 @@ def run_cmd(
     resume_run: Optional[int] = typer.Option(None, "--resume-run", min=1, help="Continue kb run RUN."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (agent llm)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (agent llm)."),
+    candidates: Optional[int] = typer.Option(None, "--candidates", help="LLM answers per request, judged as one batch (default 1)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="LLM sampling temperature (default 0.7)."),
+    max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", help="Stop the run cleanly after N LLM calls."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
+    llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens (or $AUTOKERNEL_LLM_PRICES)."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one judgement, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress)."),
 ) -> None:
     """Optimize KernelBench problems: initial ModelNew from the kernel library, then the loop."""
     from autokernel.kb.runner import kb_run
+    from autokernel.proposers import LLMSettings
     from autokernel.store import Store
     from autokernel.workspace import Workspace
 
@@ -141,8 +149,10 @@ def run_cmd(
         try:
             summary = kb_run(store, workspace, level=level, ids=ids, source=source, kb_path=kb_path,
                              size=size, experiments_per_problem=experiments_per_problem, hours=hours, agent=agent,
-                             resume=resume_run if resume_run is not None else resume, llm_model=llm_model,
-                             provider=provider, timeout_s=timeout_s, on_event=tee(progress, log))
+                             resume=resume_run if resume_run is not None else resume,
+                             llm=LLMSettings(llm_model, provider, candidates, temperature, max_llm_calls, max_cost,
+                                             llm_price),
+                             timeout_s=timeout_s, on_event=tee(progress, log))
         finally:
             if progress.live is not None:
                 progress.live.stop()

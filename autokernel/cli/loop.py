@@ -16,10 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from autokernel.cli.console import out
+from autokernel.cli.console import err, out
 from autokernel.cli.options import positive
 from autokernel.cli.recap import recap_lines
 from autokernel.cli.runlog import RunLog, tee
+from autokernel.redact import redact
 
 
 def _fmt_s(s: float | None) -> str:
@@ -73,19 +74,20 @@ class Display:
         return Group(*parts)
 
     def __call__(self, event) -> None:
+        message = redact(event.message)
         if event.kind == "state":
             self.state = event.data
         elif event.kind == "start":
-            self.current = event.message
+            self.current = message
         elif event.kind == "done":
-            self.last = event.message
+            self.last = message
             self.current = ""
         else:
-            self.log.append(event.message)
+            self.log.append(message)
         if self.live is not None:
             self.live.update(self.render())
         elif event.kind != "state":
-            out.print(f"[{time.strftime('%H:%M:%S')}] {event.message}", highlight=False)
+            out.print(f"[{time.strftime('%H:%M:%S')}] {message}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -105,12 +107,18 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", min=1, help="Kernels to extract when the model is new."),
         llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (or $AUTOKERNEL_LLM_MODEL)."),
         provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (or $AUTOKERNEL_LLM_PROVIDER)."),
+        candidates: Optional[int] = typer.Option(None, "--candidates", help="LLM answers per request, judged as one batch (default 1)."),
+        temperature: Optional[float] = typer.Option(None, "--temperature", help="LLM sampling temperature (default 0.7)."),
+        max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", help="Stop the run cleanly after N LLM calls."),
+        max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
+        llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens of --llm-model (or $AUTOKERNEL_LLM_PRICES)."),
         timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
         no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
     ) -> None:
         """Optimize a model's bottleneck kernels unattended (profiles and extracts first if needed), then verify."""
         from autokernel.loop import run_loop
+        from autokernel.proposers import LLMSettings
         from autokernel.store import Store
         from autokernel.workspace import Workspace
 
@@ -125,7 +133,9 @@ def register(app: typer.Typer) -> None:
             try:
                 summary = run_loop(store, workspace, model=model, hours=hours, max_experiments=max_experiments,
                                    agent=agent, kernels=types, backend=backend, resume_run_id=resume, batch=batch,
-                                   seq=seq, dtype=dtype, top=top, llm_model=llm_model, provider=provider,
+                                   seq=seq, dtype=dtype, top=top,
+                                   llm=LLMSettings(llm_model, provider, candidates, temperature, max_llm_calls,
+                                                   max_cost, llm_price),
                                    timeout_s=timeout_s, verify=not no_verify,
                                    on_event=tee(None if as_json else display, log))
             finally:

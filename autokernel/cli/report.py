@@ -27,10 +27,12 @@ def report_command(
 ) -> None:
     """Report every experiment: results.tsv columns, or CSV / JSON / a Markdown summary."""
     from autokernel.errors import ConfigError, NotFoundError
-    from autokernel.report import build_rows, format_report, latest_workloads_md, missing_run, plot_progress
+    from autokernel.report import (build_llm_usage, build_rows, format_report, latest_workloads_md, missing_run,
+                                   plot_progress)
 
     paths = ctx.obj
     extra = ""
+    llm: list = []
     if paths.db.exists():
         from autokernel.store import Store
 
@@ -40,12 +42,13 @@ def report_command(
             except NotFoundError as exc:
                 raise missing_run(run) from exc
             if fmt == ReportFormat.md:
+                llm = build_llm_usage(store, run)
                 extra = latest_workloads_md(store, run)
     elif run is not None:
         raise missing_run(run)
     else:
         rows = []  # a report never creates a home or a database
-    text = format_report(rows, fmt.value) + (("\n" + extra) if extra else "")
+    text = format_report(rows, fmt.value, llm) + (("\n" + extra) if extra else "")
     if output is None:
         # raw write: a Rich print would expand the TSV's tabs and read markup in descriptions
         out.file.write(text)

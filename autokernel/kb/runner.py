@@ -16,16 +16,17 @@ numbers come from the store, nothing is counted twice. Library code: events go t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError
+from autokernel.errors import AutoKernelError, ConfigError, LLMError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
 from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded, stamped
-from autokernel.proposers import make_proposer
+from autokernel.proposers import LLMSettings, make_proposer
 from autokernel.runs import check_kb_options, latest_resumable_run, lock_key, lock_what
 
 KERNEL_TYPE = "kb"
@@ -49,21 +50,30 @@ class KBRunSummary:
         return dict(self.__dict__)
 
 
-class _ProblemSpec:
-    """What the proposers get where a kernel type would give its spec: the problem itself."""
+class ProblemSpec:
+    """What the proposers get where a kernel type would give its spec: the problem itself, its
+    shapes and ops (kb.brief), and which judge's rules apply (the LLM prompt's judge_kb.md)."""
+
+    judge = "kb"
 
     def __init__(self, problem: Problem):
+        self.problem = problem
         self.name = KERNEL_TYPE
         self.description = (
             f"KernelBench {problem.label()}. What is judged is `class ModelNew` in kernel.py: built with "
             f"Model's constructor arguments right after the same seed as Model (so the same weights), it must "
             f"return Model's outputs within atol = rtol = 1e-4 (fp32; no fp16/bf16/TF32 shortcuts) on fresh "
             f"inputs, launch Triton kernels defined in kernel.py (torch library ops alone are rejected), and "
-            f"never cache outputs or hide work on side streams. Keep KERNEL_TYPE = \"kb\", BACKEND = \"triton\", "
-            f"a module-level kernel_fn (the format's entry point) and SEARCH_SPACE over the tunable constants. "
-            f"The judge takes Model, get_inputs and get_init_inputs from the problem file below, never from "
-            f"kernel.py. The problem file:")
+            f"never cache outputs or hide work on side streams. The judge takes Model, get_inputs and "
+            f"get_init_inputs from the problem file below, never from kernel.py. The problem file:")
         self.reference = _Code(problem.code)
+
+    @functools.cached_property
+    def facts(self) -> str:
+        """The problem's inputs, ops and minimum traffic (traced on first use: only the llm asks)."""
+        from autokernel.kb.brief import problem_brief
+
+        return problem_brief(self.problem).to_markdown()
 
 
 class _Code:
@@ -85,7 +95,7 @@ class _KBLoop(_Loop):
         super().__init__(*a, **kw)
         self.problem = problem
         self.per_problem = per_problem
-        self.problem_spec = _ProblemSpec(problem)
+        self.problem_spec = ProblemSpec(problem)
 
     def count(self) -> int:
         return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline"
@@ -166,9 +176,12 @@ def _record_degenerate(store, k, res) -> None:
 def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None = None, source: str | None = None,
            kb_path: str | None = None, size: str = "auto", experiments_per_problem: int | None = 3,
            hours: float | None = None, agent: str = "search", resume: bool | int = False,
-           llm_model: str | None = None, provider: str | None = None, timeout_s: float = 600.0,
-           worker=None, proposer=None, on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
+           llm_model: str | None = None, provider: str | None = None, llm: LLMSettings | None = None,
+           timeout_s: float = 600.0, worker=None, proposer=None,
+           on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
     emit = on_event or (lambda e: None)
+    llm = LLMSettings(**(llm.config() if llm else {}))
+    llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
     run = None
     if resume:
         run = store.get_run(int(resume)) if not isinstance(resume, bool) else latest_resumable_run(store, "kb")
@@ -179,7 +192,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         kb_path, size, agent = opts.get("kb_path") or kb_path, opts.get("size", size), run.agent or agent
         experiments_per_problem = opts.get("experiments_per_problem", experiments_per_problem)
         hours = hours if hours is not None else opts.get("hours")
-        llm_model, provider = llm_model or opts.get("llm_model"), provider or opts.get("provider")
+        llm = llm.merged(opts)
     else:
         if level is None:
             raise ConfigError("--level is required (or --resume)")
@@ -191,9 +204,11 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
             kb_path = checkout_root(None)
     # every option is checked, and the problems loaded, before anything is written
     check_kb_options(level=level, experiments_per_problem=experiments_per_problem, hours=hours,
-                     timeout_s=timeout_s, agent=agent if proposer is None else "search", provider=provider,
-                     llm_model=llm_model)
+                     timeout_s=timeout_s, agent=agent if proposer is None else "search", provider=llm.provider,
+                     llm_model=llm.llm_model)
     problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
+    if proposer is None:  # a missing model name or key is said now, before any problem is judged
+        proposer = make_proposer(agent, llm=llm, store=store)
     level_key = _level_key(source, level, size)  # the kernels (branches) this run writes
     key = lock_key("kb", level_key)
     with store.locked(key, what=lock_what("kb", level_key)):
@@ -202,9 +217,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         else:
             run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
                 "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None,
-                "size": size, "experiments_per_problem": experiments_per_problem, "hours": hours,
-                "llm_model": llm_model, "provider": provider})
+                "size": size, "experiments_per_problem": experiments_per_problem, "hours": hours, **llm.config()})
         store.set_lock_run(key, run.id)
+        if hasattr(proposer, "run_id"):
+            proposer.run_id = run.id
         emit = stamped(emit, run.id)
         emit(LoopEvent("stage", f"kb run {run.id}: {len(problems)} problem(s) of level {level} from "
                                 f"{source_label(source)}"))
@@ -216,8 +232,6 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                 from autokernel.kb.evaluate import KBWorker
 
                 worker = KBWorker()
-            if proposer is None:
-                proposer = make_proposer(agent, store=store, run_id=run.id, provider=provider, model=llm_model)
         except BaseException:
             if own_worker and worker is not None:
                 worker.close()
@@ -247,9 +261,13 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                     why = loop.run_budget()
                     emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}",
                                    {"kernel": p.kernel_name, "baseline": _row(base) if base else None}))
+                    if loop.llm_budget_spent:
+                        return why
                 except KeyboardInterrupt:
                     raise
-                except AutoKernelError as exc:  # one problem failing does not stop the run
+                except AutoKernelError as exc:  # one problem failing does not stop the run...
+                    if isinstance(exc, LLMError) and exc.fatal:
+                        raise  # ...but an endpoint that refuses the configuration stops it
                     emit(LoopEvent("problem_failed", f"{p.kernel_name}: {exc.one_line()}", {"kernel": p.kernel_name}))
                 except Exception as exc:  # nor does anything unexpected in it (the run goes on; the error is shown)
                     emit(LoopEvent("problem_failed", f"{p.kernel_name}: {type(exc).__name__}: {exc}"[:2000],

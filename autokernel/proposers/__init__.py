@@ -3,14 +3,46 @@ offline; `llm` asks a model over HTTP. Both implement base.Proposer."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Optional
+
 from autokernel.errors import ConfigError
 from autokernel.proposers.base import KernelContext, Proposal, Proposer, SearchExhausted
 
 AGENTS = ("search", "llm")
+DEFAULT_TEMPERATURE = 0.7
 
 
-def make_proposer(agent: str, **options) -> Proposer:
-    """Build the proposer named by --agent; options are the llm's (store, run_id, provider, model...)."""
+@dataclass
+class LLMSettings:
+    """The llm agent's options of a run (`loop` and `kb run` alike), kept in the run row so that a
+    resumed run asks the same endpoint the same way; a resume's own options win."""
+
+    llm_model: Optional[str] = None
+    provider: Optional[str] = None
+    candidates: Optional[int] = None  # answers per request, judged as one batch (default 1)
+    temperature: Optional[float] = None  # default 0.7
+    max_llm_calls: Optional[int] = None
+    max_cost: Optional[float] = None  # USD
+    llm_price: Optional[str] = None  # "IN,OUT" USD per million tokens
+
+    def merged(self, stored: dict[str, Any]) -> "LLMSettings":
+        return LLMSettings(**{f.name: getattr(self, f.name) if getattr(self, f.name) is not None
+                              else stored.get(f.name) for f in fields(self)})
+
+    def config(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def proposer_options(self) -> dict[str, Any]:
+        return dict(model=self.llm_model, provider=self.provider, candidates=self.candidates or 1,
+                    temperature=DEFAULT_TEMPERATURE if self.temperature is None else self.temperature,
+                    max_llm_calls=self.max_llm_calls, max_cost=self.max_cost, price=self.llm_price)
+
+
+def make_proposer(agent: str, *, llm: Optional[LLMSettings] = None, **options) -> Proposer:
+    """Build the proposer named by --agent, its whole configuration checked (the llm's endpoint,
+    key, model, price and limits) before the caller does any other work. `options`: store,
+    run_id (the llm's); seed, spread (the search's)."""
     if agent == "search":
         from autokernel.proposers.search import SearchProposer
 
@@ -18,8 +50,9 @@ def make_proposer(agent: str, **options) -> Proposer:
     if agent == "llm":
         from autokernel.proposers.llm import LLMProposer
 
-        return LLMProposer(**{k: v for k, v in options.items() if k not in ("seed", "spread")})
+        opts = {k: v for k, v in options.items() if k not in ("seed", "spread")}
+        return LLMProposer(**(llm or LLMSettings()).proposer_options(), **opts)
     raise ConfigError(f"unknown agent {agent!r}; use one of {', '.join(AGENTS)}")
 
 
-__all__ = ["AGENTS", "KernelContext", "Proposal", "Proposer", "SearchExhausted", "make_proposer"]
+__all__ = ["AGENTS", "KernelContext", "LLMSettings", "Proposal", "Proposer", "SearchExhausted", "make_proposer"]

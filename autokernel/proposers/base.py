@@ -1,5 +1,6 @@
 """The proposer interface: given the kernel file, its spec, the history and the last result,
-return the next candidate file, or raise ProposerError.
+return the next candidate file (or a list of candidates, judged as one batch), or raise
+ProposerError.
 
 `SearchExhausted` (a ProposerError) means "nothing left to try for this kernel": the orchestrator
 stops scheduling the kernel. Any other ProposerError (e.g. an LLM reply without code) is a
@@ -40,6 +41,13 @@ class KernelContext:
     weights: list[float] = field(default_factory=list)
     kernel_id: Optional[int] = None
     run_id: Optional[int] = None
+    share: float = 0.0  # of the model's GPU time (1.0 for a KernelBench problem)
+    ceilings: Optional[dict[str, float]] = None  # this device's measured ceilings; None without a GPU
+    device: str = ""  # what the timings are: "NVIDIA H200", "cpu x86_64 (Triton interpreter)"
+    best_per_shape: list[dict] = field(default_factory=list)  # the best version's per-shape timings
+    changes: dict[int, str] = field(default_factory=dict)  # experiment id -> what it changed (diff or config)
+    failed_diff: Optional[str] = None  # the latest experiment's change when it failed (against the current file)
+    max_candidates: Optional[int] = None  # how many candidates the loop can still judge in this run
 
 
 class Proposer(Protocol):
@@ -50,7 +58,7 @@ class Proposer(Protocol):
     writes_source: bool
 
     def propose(self, source: str, spec: Any, history: Sequence[Any], last_result: Any = None, *,
-                kernel: Optional[KernelContext] = None) -> Proposal: ...
+                kernel: Optional[KernelContext] = None) -> Proposal | list[Proposal]: ...
 
 
 def history_config(exp) -> dict[str, Any]:

@@ -106,6 +106,7 @@ class Experiment(SQLModel, table=True):
     # host wall time per call when calls are issued back to back (what a model in eager mode sees)
     wall_us: Optional[float] = None
     details_json: Optional[str] = None  # per-shape timings: [{shape, dtype, latency_us, eager_us, ...}]
+    llm_call_id: Optional[int] = None  # the llm_calls row whose answer this candidate is
 
 
 class Dispatch(SQLModel, table=True):
@@ -158,14 +159,25 @@ class LLMCall(SQLModel, table=True):
     experiment_id: Optional[int] = Field(default=None, foreign_key="experiments.id")
     provider: str = ""  # openai | anthropic
     model: str = ""
-    status: str = "ok"  # ok | http_error | timeout | no_code | syntax_error | too_large
+    # ok | endpoint: http_error, timeout, too_long, bad_reply, fatal, interrupted | answer: no_code,
+    # ambiguous, edit_failed, truncated, unchanged, syntax_error, too_large
+    status: str = "ok"
     http_status: Optional[int] = None
     attempts: int = 1
     prompt_tokens: Optional[int] = None
     completion_tokens: Optional[int] = None
-    latency_s: Optional[float] = None
-    error: Optional[str] = None
+    latency_s: Optional[float] = None  # waiting on the endpoint, retries included: counts toward the run's time
+    error: Optional[str] = None  # redacted
     created_at: datetime = Field(default_factory=utcnow)
+    kernel_id: Optional[int] = Field(default=None, foreign_key="kernels.id", index=True)
+    finish_reason: Optional[str] = None  # stop | length | end_turn | max_tokens... (comma-joined for n > 1)
+    prompt_sha: Optional[str] = None  # sha256 of system + user message, first 16 hex digits
+    prompt_gz: Optional[bytes] = None  # zlib of the prompt text (store.llm_call_texts reads it)
+    reply_gz: Optional[bytes] = None  # zlib of the reply text(s)
+    cost_usd: Optional[float] = None  # None when the model has no configured price
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    candidates: int = 1  # choices asked for in this call
 
 
 class Lock(SQLModel, table=True):
