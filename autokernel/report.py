@@ -298,8 +298,12 @@ def workloads_md(verify: dict[str, Any]) -> str:
             x = wo["ms"] / wi["ms"] if wo and wi else None
             walls = f"{_ms(wo and wo.get('wall_ms'))} / {_ms(wi and wi.get('wall_ms'))}"
             gb = "–" if r.get("graph_breaks") is None else f"{r['graph_breaks']} / {r['recompiles']}"
+            used = ", ".join(r.get("kernels") or []) or "–"
+            routes = [t for t in r.get("routes") or [] if t not in (r.get("kernels") or [])]
+            if routes:  # installed, their kernels declining: the route itself changes the graph
+                used += f" (route: {', '.join(routes)})"
             lines.append(f"| {w['workload']} | {r['mode']} | {_ms(wo and wo['ms'])} | {_ms(wi and wi['ms'])} "
-                         f"| {_x(x, 'x') if x is None else f'{x:.3f}x'} | {', '.join(r.get('kernels') or []) or '–'} "
+                         f"| {_x(x, 'x') if x is None else f'{x:.3f}x'} | {used} "
                          f"| {walls} | {gb} | {_md_cell(r.get('note') or '')} |")
     lines += ["", "| workload | best without | best with AutoKernel | speed-up |", "|---|---|---|---:|"]
     for w in loads:
