@@ -14,8 +14,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -134,10 +136,10 @@ def rms_norm_dim(x, dim, eps, mean=True):
     if y.numel() == 0:
         return y
     outer, R, inner = x.shape[:dim].numel(), x.shape[dim], x.shape[dim + 1:].numel()
-    i_block = min(COL_INNER, triton.next_power_of_2(inner))
-    one_tile = triton.next_power_of_2(R) * i_block <= COL_TILE
-    r_block = triton.next_power_of_2(R) if one_tile else max(1, COL_TILE // i_block)
-    tiles = triton.cdiv(inner, i_block)
+    i_block = min(COL_INNER, next_power_of_2(inner))
+    one_tile = next_power_of_2(R) * i_block <= COL_TILE
+    r_block = next_power_of_2(R) if one_tile else max(1, COL_TILE // i_block)
+    tiles = cdiv(inner, i_block)
     launch(_rmsnorm_cols, (outer * tiles,), x, y, R, inner, tiles, float(eps), float(R if mean else 1), R_BLOCK=r_block,
                                     I_BLOCK=i_block, ONE_TILE=one_tile, num_warps=COL_WARPS)
     return y
@@ -152,10 +154,10 @@ def kernel_fn(x, weight, eps):
         x = x.contiguous()  # column offsets are 32-bit in the kernels
     args = (x.stride(0), x.stride(1), weight.stride(0), y.stride(0))
     if cols <= MAX_FUSED_COLS:
-        block_n = max(triton.next_power_of_2(cols), 16)
-        rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
+        block_n = max(next_power_of_2(cols), 16)
+        rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        launch(_rmsnorm_fused, (triton.cdiv(rows, rows_per),),
+        launch(_rmsnorm_fused, (cdiv(rows, rows_per),),
             x, weight, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
     else:
         launch(_rmsnorm_looped, (rows,), x, weight, y, cols, float(eps), *args, BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)

@@ -16,8 +16,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -103,10 +105,10 @@ def kernel_fn(x, log=False):
     if cols > 1 and x.stride(1) != 1 and x.stride(1) * cols >= 2**31:
         x = x.contiguous()  # column offsets are 32-bit in the kernels
     if cols <= MAX_FUSED_COLS:
-        block_n = max(triton.next_power_of_2(cols), 16)
-        rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
+        block_n = max(next_power_of_2(cols), 16)
+        rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        launch(_softmax_fused, (triton.cdiv(rows, rows_per),),
+        launch(_softmax_fused, (cdiv(rows, rows_per),),
             x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0),
             ROWS=rows_per, BLOCK_N=block_n, LOG=log, num_warps=warps)
     else:
