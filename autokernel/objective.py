@@ -184,3 +184,20 @@ def model_speedup_of(realized: Iterable[float]) -> float:
     """The model's predicted speed-up from the kernels' realized fractions (Amdahl)."""
     saved = min(0.999999, sum(max(0.0, f) for f in realized))
     return 1.0 / (1.0 - saved)
+
+
+def heaviest(rows: Sequence[dict]) -> Optional[dict]:
+    """The per-shape row where the model spends the most time in the op (calls x time): the shape a
+    candidate is screened at and the search scores it at."""
+    timed = [r for r in rows if r.get("latency_us")]
+    if not timed:
+        return None
+    return max(timed, key=lambda r: (float(r.get("weight") or 1.0) * float(r.get("eager_us") or r["latency_us"]),
+                                     shape_key(r.get("shape"))))
+
+
+def time_at(rows: Sequence[dict], shape: Any) -> Optional[float]:
+    """The GPU (or CPU) time a per-shape list holds for one shape."""
+    key = shape_key(shape)
+    return next((float(r["latency_us"]) for r in rows if shape_key(r.get("shape")) == key and r.get("latency_us")),
+                None)
