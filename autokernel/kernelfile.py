@@ -89,8 +89,10 @@ def parse_source(source: str, path: Path | None = None) -> KernelFile:
             raise KernelFileError(f"{where}: tunable {name} is in SEARCH_SPACE but not a module-level literal")
         config[name] = consts[name]
     structural = consts.get("STRUCTURAL", ())
-    if not isinstance(structural, (list, tuple)) or not all(n in space for n in structural):
-        raise KernelFileError(f"{where}: STRUCTURAL must list names of SEARCH_SPACE")
+    if not isinstance(structural, (list, tuple)):
+        raise KernelFileError(f"{where}: STRUCTURAL must be a list of names of SEARCH_SPACE")
+    # a file that narrows its space (a KernelBench solution built from a starter) keeps the rest
+    structural = [n for n in structural if n in space]
     return KernelFile(path=path, source=source, kernel_type=consts["KERNEL_TYPE"], backend=consts["BACKEND"],
                       search_space={k: list(v) for k, v in space.items()}, config=config,
                       deterministic=bool(consts.get("DETERMINISTIC", True)), structural=tuple(structural))

@@ -201,7 +201,7 @@ def _cpu_run(db: Path) -> int:
 
 
 def test_a_cpu_run_is_plotted_against_each_kernels_start(home, run_cli, tmp_path):
-    from autokernel.report import plot_progress
+    from autokernel.report_plot import plot_progress
 
     run_id = _cpu_run(home.db)
     with Store(home.db) as store:

@@ -56,7 +56,10 @@ def make_proposer(agent: str, *, llm: Optional[LLMSettings] = None, **options) -
         from autokernel.proposers.llm import LLMProposer
 
         opts = {k: v for k, v in options.items() if k not in ("seed", "startup")}
-        return LLMProposer(**(llm or LLMSettings()).proposer_options(), **opts)
+        kw = (llm or LLMSettings()).proposer_options()
+        # an option given here (runs.check_common's provider and model) wins over an unset setting
+        kw.update({k: v for k, v in opts.items() if v is not None or k not in kw})
+        return LLMProposer(**kw)
     raise ConfigError(f"unknown agent {agent!r}; use one of {', '.join(AGENTS)}")
 
 
