@@ -37,6 +37,9 @@ class LoopSummary:
     predicted_speedup: float = 1.0
     kernels: list[dict[str, Any]] = field(default_factory=list)
     median_experiment_s: Optional[float] = None
+    screened: int = 0  # candidates the screen timed (all kernels)
+    screened_out: int = 0  # ... and stopped before the full judgement
+    median_screen_s: Optional[float] = None  # what a candidate the screen stopped cost, median
     stop_reason: str = ""
     verify: Optional[dict[str, Any]] = None
     verify_error: Optional[str] = None
@@ -192,6 +195,7 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
         orch = Orchestrator.from_store(store, run_id, [store.get_kernel(i) for i in sorted(i for i in ids if i)],
                                        target_mode=mode)
     durations = [e.duration_s for e in rows if e.proposer != "baseline" and e.duration_s]
+    stopped = [e.duration_s for e in rows if e.status == "screened" and e.duration_s]
     exps = [e for e in rows if e.proposer != "baseline"]
     snap = orch.snapshot()
     return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
@@ -199,4 +203,7 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
                        kept=sum(1 for e in exps if e.status == "kept"),
                        elapsed_s=run_elapsed_s(store, run_id), predicted_speedup=snap["predicted_speedup"],
                        kernels=snap["kernels"], stop_reason=reason,
-                       median_experiment_s=statistics.median(durations) if durations else None)
+                       median_experiment_s=statistics.median(durations) if durations else None,
+                       screened=sum(1 for e in exps if e.screen_us is not None),
+                       screened_out=sum(1 for e in exps if e.status == "screened"),
+                       median_screen_s=statistics.median(stopped) if stopped else None)
