@@ -201,19 +201,23 @@ class Orchestrator:
 
     def pick(self) -> Optional[KernelState]:
         """The kernel for the next experiment, or None when every kernel is exhausted; self.reason
-        says why it was chosen."""
+        says why it was chosen. Among kernels whose next experiment is worth something, a plateaued
+        one waits while another is not; when all of them have plateaued, the most valuable is
+        revisited (its patience restarts). A kernel worth nothing (behind the library, no trend) is
+        tried only when no kernel is worth anything."""
         live = [s for s in self.states.values() if not s.exhausted]
         if not live:
             return None
-        fresh = [s for s in live if not self.plateaued(s)]
-        pool = fresh or live
-        values = {s.kernel_id: self.value(s) for s in pool}
+        values = {s.kernel_id: self.value(s) for s in live}
+        worth = [s for s in live if values[s.kernel_id].value > 0]
+        fresh = [s for s in worth if not self.plateaued(s)]
+        pool = fresh or worth or [s for s in live if not self.plateaued(s)] or live
         st = max(pool, key=lambda s: (values[s.kernel_id].value, s.share, -s.kernel_id))
-        v = values[st.kernel_id]
-        if not fresh:  # all plateaued: revisit the most promising one with a fresh patience counter
+        revisit = self.plateaued(st)
+        if revisit:  # every candidate plateaued: a fresh patience counter
             st.since_improvement = 0
             st.revisits += 1
-        self.reason = self._reason(st, v, revisit=not fresh)
+        self.reason = self._reason(st, values[st.kernel_id], revisit=revisit)
         return st
 
     def _reason(self, st: KernelState, v: objective.Value, revisit: bool) -> str:

@@ -128,6 +128,10 @@ def test_chooses_by_realized_model_gain_not_by_share(store):
     assert "1.25x the library" in orch.reason
     # the model's predicted speed-up counts only what crosses: the big kernel adds nothing
     assert orch.predicted_speedup() == pytest.approx(1 / (1 - 0.05 * 20 / 110))
+    # the small kernel plateaus: the loop does not move to a kernel worth nothing, it revisits
+    for _ in range(orch.plateau_after):
+        orch.record(_gpu_row(store, run, small, "reverted", 85.0, 100.0, shapes))
+    assert orch.pick().kernel_id == small.id and "revisited" in orch.reason and s.revisits == 1
     # in eager mode the library's time is eager's (1.1x compile's here): the big kernel is 0.96x,
     # one keep from crossing, so its next experiment is worth more than the small one's
     eager = Orchestrator.from_store(store, run.id, [small, big], target_mode="eager")
