@@ -66,6 +66,7 @@ class _Loop:
         self.emit = on_event or (lambda e: None)
         self.orch = Orchestrator.from_store(store, run.id, kernels, target_mode=target_mode)
         self.duplicates = 0  # candidates skipped this session: judged before
+        self.repeats: dict[int, int] = {}  # kernel -> batches in a row that held only repeats
         self.last_reason: tuple = ()
         self.elapsed_before = run_elapsed_s(store, run.id)
         self.t0 = time.monotonic()
@@ -311,6 +312,14 @@ class _Loop:
                 else:
                     res = self.bench(k, proposal.source, quick=proposal.quick)
                 judged.append((exp, worktree, sha, res, time.monotonic() - t0, extra))
+            if proposals and not judged:  # only repeats: a proposer that cannot leave them is set aside
+                n = self.repeats[k.id] = self.repeats.get(k.id, 0) + 1
+                if n >= MAX_PROPOSER_FAILURES:
+                    self.orch.mark_exhausted(k.id)
+                    self.emit(LoopEvent("exhausted", f"{k.name}: {n} proposals in a row were all judged before; "
+                                        "set aside", {"kernel": k.name}))
+            else:
+                self.repeats[k.id] = 0
             # a screened candidate has no full judgement: never kept (its status is set already)
             eligible = [j for j in judged if j[5].get("status") != "screened" and j[3].correct
                         and j[3].latency_us is not None and not j[3].flagged

@@ -95,3 +95,18 @@ def test_library_timings_are_copied_from_the_start():
                        extra={"per_shape": [{"shape": {"rows": 4, "cols": 8}, "weight": 2.0, "latency_us": 0.5}]})
     fill_library(fast, start)
     assert fast.flagged  # 20x eager: for review, as the bench flags it
+
+
+def test_a_proposer_that_only_repeats_is_set_aside(home):
+    """A proposer that keeps proposing what was judged (an LLM answering with the same file) costs
+    no judgement, and after three such batches in a row the kernel is set aside."""
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home, FAST)
+    events = []
+    summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120,
+                       proposer=Scripted([{"BLOCK": 256}] * 10), on_event=events.append)
+    rows = store.list_experiments(run_id=summary.run_id)
+    assert [e.status for e in rows] == ["baseline"]  # the starting configuration, never judged again
+    assert sum(e.kind == "duplicate" for e in events) == 3
+    assert any(e.kind == "exhausted" and "judged before" in e.message for e in events)
