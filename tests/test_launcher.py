@@ -63,3 +63,33 @@ def test_launch_matches_the_plain_launch_on_repeated_calls(flag):
         launch(_scale, (cdiv(n, 256),), x, y, n, a, FLAG=flag, BLOCK=256)
         torch.testing.assert_close(y, x * a if flag else x)
     launcher.clear()
+
+
+@pytest.mark.gpu
+def test_cached_launches_still_call_a_launch_hook():
+    """Empty hook chains are skipped on the cached path; a hook someone adds (a profiler) still runs."""
+    from triton import knobs
+
+    n = 256
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(2):
+        launch(_scale, (1,), x, y, n, 2.0, FLAG=True, BLOCK=256)
+    seen = []
+    hook = seen.append
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        chain.add(hook)
+    else:  # a Triton whose hook is a plain callable
+        knobs.runtime.launch_enter_hook = hook
+    try:
+        launch(_scale, (1,), x, y, n, 3.0, FLAG=True, BLOCK=256)
+        torch.cuda.synchronize()
+    finally:
+        if hasattr(chain, "remove"):
+            chain.remove(hook)
+        else:
+            knobs.runtime.launch_enter_hook = chain
+    assert len(seen) == 1 and seen[0]["name"] == "_scale"
+    torch.testing.assert_close(y, x * 3.0)
+    launcher.clear()

@@ -107,6 +107,12 @@ def launch(kernel, grid: tuple, *args, **meta):
     compiled, tail = hit
     knobs = _triton["knobs"].runtime
     enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+    # Triton 3.6's hooks are HookChains, never None: empty ones would still cost a launch_metadata dict
+    # and two Python calls from the C launcher per launch. No hook to run is passed as None.
+    if enter is not None and not getattr(enter, "calls", True):
+        enter = None
+    if leave is not None and not getattr(leave, "calls", True):
+        leave = None
     full = args + tail
     get_stream = _triton.get("stream")
     if get_stream is None:  # resolved once, at the first cached launch (driver.active is a lazy proxy)
