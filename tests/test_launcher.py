@@ -90,6 +90,6 @@ def test_cached_launches_still_call_a_launch_hook():
             chain.remove(hook)
         else:
             knobs.runtime.launch_enter_hook = chain
-    assert len(seen) == 1 and seen[0]["name"] == "_scale"
+    assert len(seen) == 1 and seen[0].get()["name"] == "_scale"  # a LazyDict, as Triton passes it
     torch.testing.assert_close(y, x * 3.0)
     launcher.clear()
