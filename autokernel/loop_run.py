@@ -44,6 +44,8 @@ class LoopSummary:
     verify: Optional[dict[str, Any]] = None
     verify_error: Optional[str] = None
     timing: str = "gpu"  # gpu | cpu: what the latencies are (CPU: autokernel.cpu_timing)
+    judges: list[dict[str, Any]] = field(default_factory=list)  # a pooled run's judges (autokernel.throughput)
+    throughput: Optional[dict[str, Any]] = None  # ... and its totals: candidates per hour, per GPU-hour, idle
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -198,6 +200,9 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
     stopped = [e.duration_s for e in rows if e.status == "screened" and e.duration_s]
     exps = [e for e in rows if e.proposer != "baseline"]
     snap = orch.snapshot()
+    from autokernel.throughput import judge_stats, run_totals
+
+    judges = judge_stats(store, run_id)
     return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
                        experiments=len(exps), starting_points=len(rows) - len(exps),
                        kept=sum(1 for e in exps if e.status == "kept"),
@@ -206,4 +211,6 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
                        median_experiment_s=statistics.median(durations) if durations else None,
                        screened=sum(1 for e in exps if e.screen_us is not None),
                        screened_out=sum(1 for e in exps if e.status == "screened"),
-                       median_screen_s=statistics.median(stopped) if stopped else None)
+                       median_screen_s=statistics.median(stopped) if stopped else None,
+                       judges=[j.to_dict() for j in judges],
+                       throughput=run_totals(store, run_id, judges) if judges else None)

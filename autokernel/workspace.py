@@ -259,6 +259,34 @@ class Workspace:
         self._run("update-ref", branch, target, head)
         self._remove_worktree(Path(worktree))
 
+    def keep_latest(self, name: str, worktree: Path, sha: str) -> str:
+        """Make candidate `sha` the kernel's version and drop the worktree; returns the new head.
+        A fast-forward (keep) when the branch head is its ancestor; else, for a candidate made from
+        an older head that beats every keep since (a pool's judges finish out of order), a commit
+        of its kernel.py on top of the head (the experiment's own commit stays under its ref)."""
+        head = self.head(name)
+        target = self._rev(sha)
+        if target is None:
+            raise NotFoundError(f"commit {sha!r} not found in the workspace {self.root}")
+        try:
+            self.repo.git.execute(["git", "merge-base", "--is-ancestor", head, target])
+        except self._git.GitCommandError:
+            new = self._commit_source(name, self.read(name, target), f"keep {target[:12]}, judged from an "
+                                      f"older head than {head[:12]}", head)
+            self._run("update-ref", f"refs/heads/{self.branch_name(name)}", new, head)  # compare-and-swap
+            self._remove_worktree(Path(worktree))
+            return new
+        self.keep(name, worktree, target)
+        return target
+
+    def same_content(self, a: str, b: str) -> bool:
+        """Whether two commits hold the same kernel.py (the same tree)."""
+        try:
+            ta, tb = (self._run("rev-parse", "--verify", "--quiet", f"{c}^{{tree}}") for c in (a, b))
+        except WorkspaceError:
+            return False  # one of them is not a commit here
+        return ta == tb
+
     def revert(self, name: str, worktree: Path, sha: str | None = None) -> None:
         """Drop the worktree; the commit (if any) stays reachable by its ref."""
         if sha is not None:

@@ -8,6 +8,7 @@ CREATE TABLE judges (
 	label VARCHAR NOT NULL, 
 	device VARCHAR, 
 	host VARCHAR NOT NULL, 
+	pid INTEGER, 
 	started_at DATETIME NOT NULL, 
 	last_seen_at DATETIME, 
 	busy_s FLOAT NOT NULL, 

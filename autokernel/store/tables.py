@@ -132,6 +132,7 @@ class Judge(SQLModel, table=True):
     label: str = ""  # "gpu 3", "cpu 1", "ray gpu 0 on host"
     device: Optional[str] = None  # what its timings are: the GPU's name, or the CPU interpreter
     host: str = ""
+    pid: Optional[int] = None  # its worker process now (the bench worker locally, the actor on Ray)
     started_at: datetime = Field(default_factory=utcnow)
     last_seen_at: Optional[datetime] = None  # its last judgement's end (the session's end for it)
     busy_s: float = 0.0  # seconds spent judging (candidates, starting points, its own references)
