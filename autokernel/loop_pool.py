@@ -56,9 +56,10 @@ class Flight:
 
 
 def open_pool(store, emit, *, gpus: Optional[str] = None, workers: Optional[int] = None,
-              ray: Optional[str] = None):
-    """Start the pool the options name, every judge's device known and, on GPUs, its measured
-    ceilings (once per kind of device, in the store). Nothing imports Ray without `ray`."""
+              ray: Optional[str] = None, family: str = "bench"):
+    """Start the pool the options name, every judge's device known and, for the bench on GPUs, its
+    measured ceilings (once per kind of device, in the store). `family`: "kb" for KernelBench's
+    judge. Nothing imports Ray without `ray`."""
     from autokernel.config import Paths
     from autokernel.pool import judge_slots
 
@@ -68,7 +69,7 @@ def open_pool(store, emit, *, gpus: Optional[str] = None, workers: Optional[int]
     if ray:
         from autokernel.pool_ray import RayPool
 
-        pool = RayPool(ray, workers=workers, gpus=gpus, env=env)
+        pool = RayPool(ray, workers=workers, gpus=gpus, env=env, family=family)
         emit(LoopEvent("stage", f"starting {pool.size_wanted} judge(s) on the Ray cluster {ray}"))
     else:
         from autokernel.pool import LocalPool
@@ -76,11 +77,12 @@ def open_pool(store, emit, *, gpus: Optional[str] = None, workers: Optional[int]
         specs = judge_slots(gpus, workers)
         for s in specs:
             s.env = {**env, **s.env}
-        pool = LocalPool(specs)
+        pool = LocalPool(specs, family)
         emit(LoopEvent("stage", f"starting {len(specs)} judge(s): {', '.join(s.label for s in specs)}"))
     pool.start()
     try:
-        calibrate_pool(store, pool, emit)
+        if family == "bench":
+            calibrate_pool(store, pool, emit)
     except BaseException:
         pool.close()
         raise
@@ -98,7 +100,8 @@ def calibrate_pool(store, pool, emit) -> None:
         if slot.key not in by_key:
             emit(LoopEvent("stage", f"{slot.label}: the device's ceilings ({slot.device})"))
             by_key[slot.key] = ceilings_of(calibrate(store, worker=_Measured(pool, slot)))
-        pool.call(slot, "set_ceilings", by_key[slot.key])
+        slot.ceilings = by_key[slot.key]
+        pool.call(slot, "set_ceilings", slot.ceilings)
 
 
 class _Measured:

@@ -51,6 +51,7 @@ class Slot:
     busy: bool = False
     retired: bool = False
     restarts: int = 0
+    ceilings: Optional[dict] = None  # its GPU's measured ceilings (the roofline), given by the coordinator
     busy_s: float = 0.0  # this session's judging time, and judgements (the coordinator counts)
     judged: int = 0
     judge_id: Optional[int] = None  # its row in the store's judges table (the coordinator's)
@@ -137,8 +138,9 @@ class Pool:
 
     kind = "local"
 
-    def __init__(self, specs: list[SlotSpec]):
+    def __init__(self, specs: list[SlotSpec], family: str = "bench"):
         self.specs = specs
+        self.family = family  # what its judges judge: "bench" | "kb" (pool_task.SlotJudge)
         self.slots = [Slot(index=i, label=s.label) for i, s in enumerate(specs)]
         self._flight: dict[Any, tuple[Slot, JudgeTask]] = {}
 
@@ -250,12 +252,12 @@ class Pool:
 class LocalPool(Pool):
     """Judges in threads of this process, each driving its own worker processes."""
 
-    def __init__(self, specs: list[SlotSpec]):
-        super().__init__(specs)
+    def __init__(self, specs: list[SlotSpec], family: str = "bench"):
+        super().__init__(specs, family)
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(specs)), thread_name_prefix="ak-judge")
 
     def _make(self, slot: Slot) -> SlotJudge:
-        return SlotJudge(self.specs[slot.index].env, slot.label)
+        return SlotJudge(self.specs[slot.index].env, slot.label, self.family)
 
     def _call(self, slot: Slot, method: str, *args) -> Any:
         return getattr(slot.handle, method)(*args)

@@ -121,9 +121,10 @@ class SlotJudge:
     (CUDA_VISIBLE_DEVICES pins the GPU; an empty one means the CPU interpreter). Used from one
     thread at a time (a pool gives it one task at a time); on Ray it is the actor class itself."""
 
-    def __init__(self, env: Optional[dict[str, str]] = None, label: str = "judge"):
+    def __init__(self, env: Optional[dict[str, str]] = None, label: str = "judge", family: str = "bench"):
         self.env = {**os.environ, **(env or {})}
         self.label = label
+        self.family = family  # "bench" (kernels of a model) | "kb" (KernelBench problems): its main worker
         self.ceilings: Optional[dict] = None  # this GPU's measured ceilings (the coordinator's store has them)
         self.refs: dict[int, dict] = {}  # kernel id -> {"rows": per-shape times of the start here, "scales"}
         self._bench = None
@@ -146,8 +147,10 @@ class SlotJudge:
         return self._kb
 
     def info(self) -> dict[str, Any]:
-        """The bench worker's hello (device name, key, interpreted), starting it if needed."""
-        return dict(self.bench().info)
+        """Its main worker's hello (device name, key, interpreted), starting it if needed."""
+        import socket
+
+        return {**(self.kb() if self.family == "kb" else self.bench()).info, "host": socket.gethostname()}
 
     def calibrate(self) -> dict[str, Any]:
         return self.bench().calibrate()
