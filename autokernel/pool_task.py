@@ -6,13 +6,14 @@ coordinator does, with what it returns).
 
 Timings of different GPUs are never compared with each other. A judge times, once per kernel, the
 run's starting version of the kernel itself (its *reference*: the starting kernel, and with it the
-library's eager and torch.compile timings, all on its own GPU). A candidate is timed against that
-reference, and its speed-up over the start (per shape) is put in the run's frame: its per-shape
-times are the run's starting point's times divided by that speed-up, so every later comparison
-(the keep rule, the screen, the search's objective) compares speed-ups measured on one GPU each.
-The measured numbers stay in the result (extra["frame"]). The judge that timed the starting point
-itself has it as its reference (scale 1). KernelBench's judge times the problem's eager model in
-every judgement, so there the frame comes from that eager time.
+library's eager and torch.compile timings, all on its own GPU), once the first candidate of the
+kernel it judges has passed its checks (a failing candidate costs no reference). A candidate is
+timed against that reference, and its speed-up over the start (per shape) is put in the run's
+frame: its per-shape times are the run's starting point's times divided by that speed-up, so
+every later comparison (the keep rule, the screen, the search's objective) compares speed-ups
+measured on one GPU each. The measured numbers stay in the result (extra["frame"]). The judge
+that timed the starting point itself has it as its reference (scale 1). KernelBench's judge
+times the problem's eager model in every judgement, so there the frame comes from that eager time.
 
 No torch here: the judge's heavy work is in its worker processes.
 """
@@ -173,6 +174,16 @@ class SlotJudge:
         """A worker that had started is dead now (it died, or was killed at a time limit)."""
         return any(w is not None and w.restarts > 0 and not w.alive() for w in (self._bench, self._kb))
 
+    def restart(self) -> None:
+        """Start again each of its workers that is down; one that fails is tried again (and its
+        failure said, retiring the judge) at the next request."""
+        for w in (self._bench, self._kb):
+            if w is not None and not w.alive():
+                try:
+                    w.info
+                except (AutoKernelError, OSError):
+                    pass
+
     def close(self) -> None:
         for w in (self._bench, self._kb):
             if w is not None:
@@ -205,7 +216,11 @@ class SlotJudge:
         except (AutoKernelError, OSError) as exc:
             out.judge_error = f"{self.label}: {exc.one_line() if isinstance(exc, AutoKernelError) else exc}"
         out.busy_s = time.monotonic() - t0
-        out.died = self._down()  # its next request starts it again
+        # its worker died under the candidate (not killed at a time limit): started again now, so
+        # the next candidate does not wait for it and the judge's row counts the restart
+        out.died = self._down() and out.result is not None and out.result.outcome == CRASHED
+        if out.died:
+            self.restart()
         if out.result is not None:
             out.result.extra.setdefault("judge", self.label)
         return out
@@ -228,40 +243,50 @@ class SlotJudge:
                 self.refs[task.kernel_id] = {"rows": rows, "scales": shape_scales(rows, rows)}
             out.result = res
             return
-        ref = self.refs.get(task.kernel_id)
-        if ref is None:
-            t0 = time.monotonic()
-            got = judge(source=task.start_source, quick=False, **kw)
-            out.reference_s = time.monotonic() - t0
-            rows = (got.extra or {}).get("per_shape") or []
-            if not (got.correct and got.latency_us is not None and rows):
-                out.result = BenchResult(kernel_type=task.kernel_type, backend=got.backend, outcome=CRASHED,
-                                         error=f"{self.label} could not time the kernel's start as its reference "
-                                               f"({got.outcome}): {got.error or ''}"[:2000])
-                return
-            ref = self.refs[task.kernel_id] = {"rows": rows, "scales": shape_scales(task.start_shapes, rows)}
-        scales = ref["scales"]
-        res = None
         if task.plan is not None:
             shape = task.plan["shape"]
             got = screen(source=task.source, kernel_type=task.kernel_type, shapes=[shape], weights=[1.0],
                          dtype=task.dtype, timeout_s=min(task.timeout_s, screening.SCREEN_TIMEOUT_S))
+            if not got.correct:  # a failed candidate needs no reference
+                out.result = got
+                return
+            ref = self._reference(task, judge, kw, out)
+            if ref is None:
+                return
             if got.latency_us is not None:
                 got.extra["measured_us"] = got.latency_us
-                got.latency_us *= scales.get(objective.shape_key(shape), 1.0)
+                got.latency_us *= ref["scales"].get(objective.shape_key(shape), 1.0)
             plan = screening.Plan(dict(shape), float(task.plan["best_us"]))
             out.extra = {"screen_us": got.latency_us, "screen_best_us": plan.best_us}
             if screening.stopped(got, plan, task.margin):
                 out.extra.update(screening.screened_fields(got, plan))
                 out.result = got
                 return
-            if not got.correct:
-                out.result = got
-                return
         res = judge(source=task.source, quick=False if task.plan is not None else task.quick,
                     baselines=not task.library, **kw)
-        if task.library:
-            screening.fill_library(res, ref["rows"])  # the library as timed on this GPU
         if res.correct:
-            to_run_frame(res, scales, self.label)
+            ref = self._reference(task, judge, kw, out)
+            if ref is None:
+                return
+            if task.library:
+                screening.fill_library(res, ref["rows"])  # the library as timed on this GPU
+            to_run_frame(res, ref["scales"], self.label)
         out.result = res
+
+    def _reference(self, task: JudgeTask, judge, kw: dict, out: JudgeOutcome) -> Optional[dict]:
+        """The kernel's start as timed here, timed the first time a candidate of the kernel passes
+        here (a failing candidate costs none); None when it cannot be timed (out.result says so)."""
+        ref = self.refs.get(task.kernel_id)
+        if ref is not None:
+            return ref
+        t0 = time.monotonic()
+        got = judge(source=task.start_source, quick=False, **kw)
+        out.reference_s += time.monotonic() - t0
+        rows = (got.extra or {}).get("per_shape") or []
+        if not (got.correct and got.latency_us is not None and rows):
+            out.result = BenchResult(kernel_type=task.kernel_type, backend=got.backend, outcome=CRASHED,
+                                     error=f"{self.label} could not time the kernel's start as its reference "
+                                           f"({got.outcome}): {got.error or ''}"[:2000])
+            return None
+        ref = self.refs[task.kernel_id] = {"rows": rows, "scales": shape_scales(task.start_shapes, rows)}
+        return ref
