@@ -440,8 +440,9 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     target_mode: what the model runs under, so what a kernel must beat (compile: torch.compile's op,
     GPU time; eager: eager's op, host time included). margin: the screen lets a candidate through
     within this factor of the best (default 1.2). A given `judge` comes with its `screen` (or none).
-    pool_options (pool.PoolOptions: --gpus, --workers, --ray) judge on a pool (loop_pool.py); a
-    given, started `pool` is used (and closed) instead."""
+    pool_options (pool.PoolOptions: --gpus, --workers, --ray) judge on a pool (loop_pool.py), but
+    one GPU (--gpus 0) is the usual loop with its bench worker pinned there; a given, started
+    `pool` is used (and closed) instead."""
     from autokernel.pool import PoolOptions
 
     emit = on_event or (lambda e: None)
@@ -477,8 +478,10 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     check_loop_options(hours=hours, max_experiments=max_experiments, agent=agent if proposer is None else "search",
                        kernels=kernels, backend=backend, batch=batch, seq=seq, dtype=dtype, top=top,
                        timeout_s=timeout_s, provider=llm.provider, llm_model=llm.llm_model)
+    pin = None  # one GPU: the run's own bench worker, pinned there (no pool)
     if pool is None and judge is None:
         pooled.check()
+        pin = pooled.one_gpu()
     if proposer is None:  # a missing model name or key is said now, not after profiling and baselines
         proposer = make_proposer(agent, llm=llm, store=store)
     key = lock_key("loop", model)
@@ -507,14 +510,14 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
                       max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit, margin=margin,
                       target_mode=target_mode)
         try:
-            if judge is None and (pool is not None or pooled.wanted):
+            if judge is None and (pool is not None or (pooled.wanted and pin is None)):
                 from autokernel.loop_pool import PooledLoop, open_pool
 
                 worker = pool or open_pool(store, emit, **pooled.config())
                 loop = PooledLoop(store, workspace, pool=worker, **common)
             else:
                 if judge is None:
-                    judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source)
+                    judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source, env=pin)
                     screen = ceilings.get("screen")
                 loop = _Loop(store, workspace, judge=judge, screen=screen, **common)
                 loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")

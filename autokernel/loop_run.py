@@ -133,13 +133,15 @@ def cleanup_stale(workspace, emit) -> None:
         emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
 
 
-def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, dict[str, Any]]:
+def default_judge(store, emit, gpu_compile: bool = False,
+                  env: Optional[dict[str, str]] = None) -> tuple[Judge, Any, dict[str, Any]]:
     """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
     ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
     a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
     Triton's and Inductor's compile caches live under the home (compile artefacts survive the worker
-    and the run). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings
-    are, "screen": the worker's cheap screen, timed the same way as the judge})."""
+    and the run); `env` goes on top of this process's environment for the worker (--gpus 0 pins its
+    GPU). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings are,
+    "screen": the worker's cheap screen, timed the same way as the judge})."""
     import functools
     import platform
     from pathlib import Path
@@ -152,7 +154,7 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, d
     from autokernel.cpu_timing import CPU_TIMING_NOTE, CPUTimedJudge
 
     cache = Paths(Path(store.path).parent).cache
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     worker = BenchWorker(env=env)

@@ -121,6 +121,15 @@ class PoolOptions:
     def config(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "workers": self.workers, "ray": self.ray}
 
+    def one_gpu(self, visible: Optional[list[str]] = None) -> Optional[dict[str, str]]:
+        """A pool of one local GPU (`--gpus 0`, or `--gpus all` where one GPU is visible) is no pool:
+        the run's own bench worker, pinned to that GPU, judges exactly as without the option. Its
+        environment (CUDA_VISIBLE_DEVICES), or None when the options make a real pool."""
+        if self.ray or self.workers is not None or self.gpus is None:
+            return None
+        specs = judge_slots(self.gpus, visible=visible)
+        return dict(specs[0].env) if len(specs) == 1 else None
+
     def check(self) -> None:
         """Said before anything is written: the slots exist here, or Ray is installed."""
         if self.ray:

@@ -180,7 +180,8 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
            timeout_s: float = 600.0, worker=None, proposer=None, pool_options=None, pool=None,
            on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
     """pool_options (pool.PoolOptions: --gpus, --workers, --ray) spread the problems over a pool of
-    judges (kb/pooled.py); a given, started `pool` is used (and closed) instead."""
+    judges (kb/pooled.py), but one GPU (--gpus 0) is the usual run with its worker pinned there; a
+    given, started `pool` is used (and closed) instead."""
     from autokernel.pool import PoolOptions
 
     emit = on_event or (lambda e: None)
@@ -212,8 +213,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
     check_kb_options(level=level, experiments_per_problem=experiments_per_problem, hours=hours,
                      timeout_s=timeout_s, agent=agent if proposer is None else "search", provider=llm.provider,
                      llm_model=llm.llm_model)
+    pin = None  # one GPU: the run's own KernelBench worker, pinned there (no pool)
     if pool is None and worker is None:
         pooled.check()
+        pin = pooled.one_gpu()
     problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
     if proposer is None:  # a missing model name or key is said now, before any problem is judged
         proposer = make_proposer(agent, llm=llm, store=store)
@@ -237,14 +240,14 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         own_worker = worker is None
         try:
             cleanup_stale(workspace, emit)
-            if own_worker and (pool is not None or pooled.wanted):
+            if own_worker and (pool is not None or (pooled.wanted and pin is None)):
                 from autokernel.loop_pool import open_pool
 
                 worker = pool or open_pool(store, emit, family="kb", **pooled.config())
             elif own_worker:
                 from autokernel.kb.evaluate import KBWorker
 
-                worker = KBWorker()
+                worker = KBWorker(env={**os.environ, **pin} if pin else None)
         except BaseException:
             if own_worker and worker is not None:
                 worker.close()
