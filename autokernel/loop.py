@@ -303,13 +303,9 @@ class _Loop:
         judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
         try:
             for proposal in proposals:
-                key = screening.key_of(proposal.source, k.dtype)
-                if key is not None and key in seen:
-                    self.duplicates += 1
-                    self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
-                                        {"kernel": k.name, "key": key}))
+                new, key = self.new_candidate(k, proposal, seen)
+                if not new:
                     continue
-                seen.add(key)
                 t0 = time.monotonic()
                 exp, tag = self._start(k, proposal, key)
                 open_.append((exp, None, None, t0))
@@ -362,6 +358,18 @@ class _Loop:
         for row, res in rows:
             self.recorded(k, row, res)
         self.state_event()
+
+    def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
+        """(whether the proposal is new, its key): one judged before (its key in `seen`) is
+        skipped and said; a new one's key joins `seen`."""
+        key = screening.key_of(proposal.source, k.dtype)
+        if key is not None and key in seen:
+            self.duplicates += 1
+            self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
+                                {"kernel": k.name, "key": key}))
+            return False, key
+        seen.add(key)
+        return True, key
 
     def recorded(self, k, row, res) -> None:
         """A candidate's verdict, in the store already, told to the scheduler and the live view."""

@@ -237,13 +237,9 @@ class PooledLoop(_Loop):
         for proposal in proposals:
             if not self.pool.free():
                 break
-            key = screening.key_of(proposal.source, k.dtype)
-            if key is not None and key in seen:
-                self.duplicates += 1
-                self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
-                                    {"kernel": k.name, "key": key}))
+            new, key = self.new_candidate(k, proposal, seen)
+            if not new:
                 continue
-            seen.add(key)
             slot = self.pool.free()[0]
             fl = Flight(None, k, slot, time.monotonic(), key=key)
             fl.exp, tag = self._start(k, proposal, key, judge=slot.label)

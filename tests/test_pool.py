@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from akfixtures import pythonpath  # noqa: E402
-from test_loop import add_tiny_kernel  # noqa: E402
+from test_loop import TINY_REDUCE, add_tiny_kernel  # noqa: E402
 
 POOL_KERNEL = '''"""Row sums for the pool tests. At the timed shape the start sleeps 160 ms, (256, lazy) 360 ms
 (times $AK_PACE: a judge's "device speed"), (128, loop) not at all; (128, off_by_one) is wrong and
@@ -52,17 +52,7 @@ def valid_config(cfg):
     return (cfg["BLOCK"], cfg["VARIANT"]) in CANDIDATES + ((256, "loop"),)
 
 
-@triton.jit
-def _row_sum(x_ptr, out_ptr, cols, stride_r, stride_c, BLOCK: tl.constexpr, OFFSET: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, cols, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + row * stride_r + offs * stride_c, mask=offs < cols, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row, tl.sum(acc, axis=0) + OFFSET)
-
-
-def _gate():
+''' + TINY_REDUCE[TINY_REDUCE.index("@triton.jit"):TINY_REDUCE.index("def kernel_fn")] + '''def _gate():
     gate = os.environ.get("AK_POOL_DIR")
     if not gate or (BLOCK, VARIANT) == (256, "loop"):
         return
