@@ -302,12 +302,12 @@ def test_one_gpu_is_no_pool():
 @pytest.mark.gpu
 def test_one_gpu_runs_the_usual_loop_pinned_there(home):
     """On a GPU machine, `--gpus 0`: one bench worker as without the option (no judges, no pool)."""
-    from test_loop import TINY_REDUCE
-
     from autokernel.loop import run_loop
     from autokernel.pool import PoolOptions
 
-    store, ws, k = add_tiny_kernel(home, TINY_REDUCE)
+    quick = TINY_REDUCE.replace("DELAY_MS / 1000.0", "DELAY_MS / 100000.0")  # 3 ms, not 300
+    assert quick != TINY_REDUCE
+    store, ws, k = add_tiny_kernel(home, quick)
     summary = run_loop(store, ws, model="tiny", hours=1, max_experiments=2, verify=False, timeout_s=300,
                        pool_options=PoolOptions(gpus="0"))
     assert summary.status == "finished" and summary.experiments == 2 and summary.timing == "gpu"
