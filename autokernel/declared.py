@@ -22,6 +22,8 @@ import ast
 import builtins
 from typing import Any, Callable, Optional
 
+from autokernel import pyast
+
 _SAFE_BUILTINS = {n: getattr(builtins, n) for n in (
     "abs", "all", "any", "bool", "dict", "float", "int", "isinstance", "len", "list", "max", "min",
     "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "True", "False", "None")
@@ -59,17 +61,17 @@ def _constant_assignment(node: ast.stmt) -> bool:
 
 def declared_function(source: str, name: str) -> Optional[Callable]:
     """The file's module-level function `name`, compiled alone in the sandbox; None when absent."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if node is None:
         return None
     ns: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS}
     for const in (n for n in tree.body if _constant_assignment(n)):
         try:
-            exec(compile(ast.Module(body=[const], type_ignores=[]), "<constant>", "exec"), ns)
+            exec(pyast.compile_tree(ast.Module(body=[const], type_ignores=[]), "<constant>"), ns)
         except Exception:  # refers to something imported or computed: the function must do without
             pass
-    exec(compile(ast.Module(body=[node], type_ignores=[]), f"<{name}>", "exec"), ns)
+    exec(pyast.compile_tree(ast.Module(body=[node], type_ignores=[]), f"<{name}>"), ns)
     return ns[name]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from autokernel import pyast
 from autokernel.errors import KernelFileError
 
 ENTRY = "kernel_fn"
@@ -69,7 +70,7 @@ def parse_source(source: str, path: Path | None = None) -> KernelFile:
     if len(source.encode()) > MAX_SOURCE_BYTES:
         raise KernelFileError(f"{where} is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES} limit")
     try:
-        tree = ast.parse(source, filename=where)
+        tree = pyast.parse(source, filename=where)
     except SyntaxError as exc:
         raise KernelFileError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
     consts = _literal_assignments(tree)

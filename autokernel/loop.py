@@ -90,11 +90,15 @@ class _Loop:
         snap = self.orch.snapshot()
         snap.update(run_id=self.run.id, experiments=self.count(), elapsed_s=self.elapsed(),
                     time_left_s=max(0.0, self.budget_s - self.elapsed()), max_experiments=self.max_experiments,
-                    duplicates=self.duplicates)
+                    duplicates=self.duplicates, **self.extra_state())
         rejected = getattr(self.proposer, "rejected", {})
         for row in snap["kernels"]:
             row["rejected"] = rejected.get(row["name"], 0)  # invalid for the device, never compiled
         self.emit(LoopEvent("state", message, snap))
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a subclass adds to the live view's state (a pool: its judges)."""
+        return {}
 
     def context(self, k) -> KernelContext:
         from autokernel.extract import kernel_shapes
@@ -157,19 +161,19 @@ class _Loop:
     # -- resume ---------------------------------------------------------------------------------
 
     def reconcile(self) -> None:
-        """A kept verdict recorded just before a kill may lack its fast-forward: apply it now."""
+        """A kept verdict recorded just before a kill may lack its branch move: apply it now. The
+        last keep is the last by verdict time (a pool's judges finish out of order)."""
         for k in self.kernels.values():
             kept = [e for e in self.store.list_experiments(run_id=self.run.id, kernel_id=k.id)
                     if e.status == "kept" and e.commit]
             if not kept:
                 continue
-            sha = kept[-1].commit
-            head = self.ws.head(k.name)
-            if head != sha:
+            last = max(kept, key=lambda e: (e.finished_at or e.created_at, e.number))
+            if not self.ws.same_content(self.ws.head(k.name), last.commit):
                 try:
-                    self.ws.keep(k.name, self.ws.worktrees / f"reconcile-{kept[-1].tag}", sha)
+                    self.ws.keep_latest(k.name, self.ws.worktrees / f"reconcile-{last.tag}", last.commit)
                 except AutoKernelError:
-                    pass  # the branch moved on past it (a later keep): nothing to re-apply
+                    pass  # its commit is gone: nothing to re-apply
 
     # -- the experiments ------------------------------------------------------------------------
 
@@ -190,37 +194,47 @@ class _Loop:
                 self.orch.mark_exhausted(k.id)
                 self.emit(LoopEvent("exhausted", f"{k.name}: no time left for its baseline", {"kernel": k.name}))
                 continue
-            self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
-            source = self.ws.read(k.name)
-            from autokernel.kernelfile import parse_source
-
-            cfg = parse_source(source).config
-            exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
-                                            backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
-                                            description="starting point of this run", status="running",
-                                            config_json=json.dumps(cfg, sort_keys=True),
-                                            candidate_key=screening.key_of(source, k.dtype))
-            self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
+            exp, source = self.baseline_row(k)
             t0 = time.monotonic()
             try:
                 res = self.bench(k, source, quick=False)
             except BaseException as exc:  # Ctrl-C or a bench failure: no running row left behind
                 self.abandon(exp, exc, t0)
                 raise
-            fields = res.experiment_fields()
-            status = "baseline" if res.correct else fields.get("status", "crashed")
-            fields.update(status=status, duration_s=time.monotonic() - t0, finished_at=utcnow())
-            row = self.store.update_experiment(exp.id, **fields)
-            self.orch.record(row)
-            self.last_result[k.id] = res
-            if res.correct:
-                self.best_result[k.id] = res
-            if not res.correct:
-                self.orch.mark_exhausted(k.id)
-                self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
-                                    "skipped", {"kernel": k.name}))
-            self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": _row(row)}))
-            self.state_event()
+            self.baseline_verdict(k, exp, res, time.monotonic() - t0)
+
+    def baseline_row(self, k, judge_id: Optional[int] = None) -> tuple[Any, str]:
+        """The running row of a kernel's starting point in this run, and its source."""
+        self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
+        source = self.ws.read(k.name)
+        from autokernel.kernelfile import parse_source
+
+        cfg = parse_source(source).config
+        exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
+                                        backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
+                                        description="starting point of this run", status="running",
+                                        config_json=json.dumps(cfg, sort_keys=True),
+                                        candidate_key=screening.key_of(source, k.dtype), judge_id=judge_id)
+        self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
+        return exp, source
+
+    def baseline_verdict(self, k, exp, res, seconds: float, **more) -> Any:
+        """Record a starting point's judgement; a kernel whose start is not correct is set aside."""
+        fields = res.experiment_fields()
+        status = "baseline" if res.correct else fields.get("status", "crashed")
+        fields.update(status=status, duration_s=seconds, finished_at=utcnow(), **more)
+        row = self.store.update_experiment(exp.id, **fields)
+        self.orch.record(row)
+        self.last_result[k.id] = res
+        if res.correct:
+            self.best_result[k.id] = res
+        if not res.correct:
+            self.orch.mark_exhausted(k.id)
+            self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
+                                "skipped", {"kernel": k.name}))
+        self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": _row(row)}))
+        self.state_event()
+        return row
 
     def spec(self, k):
         """What the proposer is told the kernel must compute: its kernel type's spec."""
@@ -228,14 +242,16 @@ class _Loop:
 
         return get_spec(k.kernel_type)
 
-    def propose(self, k) -> list[Proposal]:
-        """The proposer's candidates for kernel k (empty when it had none); a fatal endpoint error
-        or a spent LLM budget propagates."""
+    def propose(self, k, batch: int = 1) -> list[Proposal]:
+        """The proposer's candidates for kernel k (empty when it had none); `batch`: how many the
+        loop can judge at once (a pool's free judges). A fatal endpoint error or a spent LLM budget
+        propagates."""
         source = self.ws.read(k.name)
         history = self.store.list_experiments(kernel_id=k.id)
+        ctx = self.brief(k, source, history)
+        ctx.batch = batch
         try:
-            got = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id),
-                                        kernel=self.brief(k, source, history))
+            got = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id), kernel=ctx)
         except SearchExhausted as exc:
             self.orch.mark_exhausted(k.id)
             self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
@@ -259,7 +275,7 @@ class _Loop:
             proposals = proposals[:max(1, limit - self.count())]
         return proposals
 
-    def _start(self, k, proposal: Proposal, key: Optional[str]) -> tuple[Any, str]:
+    def _start(self, k, proposal: Proposal, key: Optional[str], judge: str = "") -> tuple[Any, str]:
         exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
                                         backend=k.backend, proposer=self.agent, description=proposal.description,
                                         config_json=json.dumps(proposal.config, sort_keys=True, default=str),
@@ -270,8 +286,9 @@ class _Loop:
             call = self.store.get_llm_call(proposal.llm_call_id)
             if call.experiment_id is None:  # the first candidate of the call; all name it in llm_call_id
                 self.store.update_llm_call(call.id, experiment_id=exp.id)
-        self.emit(LoopEvent("start", f"#{exp.number} {k.name}: {proposal.description}",
-                            {"number": exp.number, "kernel": k.name, "description": proposal.description}))
+        self.emit(LoopEvent("start", f"#{exp.number} {k.name}: {proposal.description}" + (f" [{judge}]" if judge else ""),
+                            {"number": exp.number, "kernel": k.name, "description": proposal.description,
+                             "judge": judge}))
         return exp, tag
 
     def experiments(self, k, proposals: list[Proposal]) -> None:
@@ -286,13 +303,9 @@ class _Loop:
         judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
         try:
             for proposal in proposals:
-                key = screening.key_of(proposal.source, k.dtype)
-                if key is not None and key in seen:
-                    self.duplicates += 1
-                    self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
-                                        {"kernel": k.name, "key": key}))
+                new, key = self.new_candidate(k, proposal, seen)
+                if not new:
                     continue
-                seen.add(key)
                 t0 = time.monotonic()
                 exp, tag = self._start(k, proposal, key)
                 open_.append((exp, None, None, t0))
@@ -321,19 +334,11 @@ class _Loop:
             else:
                 self.repeats[k.id] = 0
             # a screened candidate has no full judgement: never kept (its status is set already)
-            eligible = [j for j in judged if j[5].get("status") != "screened" and j[3].correct
-                        and j[3].latency_us is not None and not j[3].flagged
-                        and beats(j[3].latency_us, j[3].latency_iqr_us, best_us, best_iqr)]
+            eligible = [j for j in judged if keepable(j[3], j[5], best_us, best_iqr)]
             winner = min(eligible, key=lambda j: j[3].latency_us) if eligible else None
             rows = []
             for exp, worktree, sha, res, seconds, extra in judged:
-                fields = res.experiment_fields()
-                if res.correct:
-                    fields["status"] = "kept" if winner is not None and exp.id == winner[0].id else "reverted"
-                    if res.flagged:
-                        fields["error"] = "speed-up over 10x: flagged for review, not kept"
-                fields.update(extra)
-                fields.update(duration_s=seconds, finished_at=utcnow())
+                fields = verdict_fields(res, extra, winner is not None and exp.id == winner[0].id, seconds)
                 rows.append((self.store.update_experiment(exp.id, **fields), res))
                 open_ = [o for o in open_ if o[0].id != exp.id]
                 if fields["status"] == "kept":
@@ -351,12 +356,28 @@ class _Loop:
                 self.abandon(exp, exc, t0)
             raise
         for row, res in rows:
-            self.orch.record(row)
-            self.last_result[k.id] = res
-            if row.status == "kept":
-                self.best_result[k.id] = res
-            self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
+            self.recorded(k, row, res)
         self.state_event()
+
+    def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
+        """(whether the proposal is new, its key): one judged before (its key in `seen`) is
+        skipped and said; a new one's key joins `seen`."""
+        key = screening.key_of(proposal.source, k.dtype)
+        if key is not None and key in seen:
+            self.duplicates += 1
+            self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
+                                {"kernel": k.name, "key": key}))
+            return False, key
+        seen.add(key)
+        return True, key
+
+    def recorded(self, k, row, res) -> None:
+        """A candidate's verdict, in the store already, told to the scheduler and the live view."""
+        self.orch.record(row)
+        self.last_result[k.id] = res
+        if row.status == "kept":
+            self.best_result[k.id] = res
+        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": _row(row)}))
 
     def experiment_limit(self) -> Optional[int]:
         """How many experiments count() may reach before the loop stops (None: no limit)."""
@@ -387,6 +408,25 @@ class _Loop:
                 self.experiments(k, proposals)
 
 
+def keepable(res, extra: dict, best_us: Optional[float], best_iqr: Optional[float]) -> bool:
+    """The keep rule: a full judgement (a screened candidate has none), correct, timed, not flagged,
+    faster than the best by more than the noise."""
+    return (extra.get("status") != "screened" and res.correct and res.latency_us is not None and not res.flagged
+            and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr))
+
+
+def verdict_fields(res, extra: dict, kept: bool, seconds: float) -> dict[str, Any]:
+    """The row of a judged candidate: the result's columns, kept or reverted when correct."""
+    fields = res.experiment_fields()
+    if res.correct:
+        fields["status"] = "kept" if kept else "reverted"
+        if res.flagged:
+            fields["error"] = "speed-up over 10x: flagged for review, not kept"
+    fields.update(extra)
+    fields.update(duration_s=seconds, finished_at=utcnow())
+    return fields
+
+
 def _row(e) -> dict[str, Any]:
     return {k: getattr(e, k) for k in ("number", "tag", "kernel_type", "status", "commit", "description",
                                        "latency_us", "speedup_vs_eager", "pct_peak", "duration_s", "error")}
@@ -399,7 +439,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
              device: str | None = None, top: int = 5, llm_model: str | None = None, provider: str | None = None,
              llm: LLMSettings | None = None, timeout_s: float = 600.0, verify: bool = True,
              judge: Judge | None = None, proposer=None, screen: Judge | None = None,
-             target_mode: str | None = None, margin: float | None = None,
+             target_mode: str | None = None, margin: float | None = None, pool_options=None, pool=None,
              on_event: Callable[[LoopEvent], None] | None = None) -> LoopSummary:
     """Run (or resume) an optimization run; returns its summary. KeyboardInterrupt is handled: the
     current experiment is abandoned cleanly and the summary says "interrupted". The proposer's
@@ -407,8 +447,14 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     extracted or written; `llm` holds the llm agent's options (llm_model/provider fill its gaps).
     target_mode: what the model runs under, so what a kernel must beat (compile: torch.compile's op,
     GPU time; eager: eager's op, host time included). margin: the screen lets a candidate through
-    within this factor of the best (default 1.2). A given `judge` comes with its `screen` (or none)."""
+    within this factor of the best (default 1.2). A given `judge` comes with its `screen` (or none).
+    pool_options (pool.PoolOptions: --gpus, --workers, --ray) judge on a pool (loop_pool.py), but
+    one GPU (--gpus 0) is the usual loop with its bench worker pinned there; a given, started
+    `pool` is used (and closed) instead."""
+    from autokernel.pool import PoolOptions
+
     emit = on_event or (lambda e: None)
+    pooled = pool_options or PoolOptions()
     llm = LLMSettings(**(llm.config() if llm else {}))
     llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
     run = None
@@ -427,6 +473,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         target_mode = target_mode or opts.get("target_mode")
         margin = margin if margin is not None else opts.get("margin")
         llm = llm.merged(opts)
+        pooled = pooled.merged(opts)
     elif not model:
         raise ConfigError("--model is required (or --resume RUN)")
     target_mode = target_mode or "compile"
@@ -439,6 +486,10 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     check_loop_options(hours=hours, max_experiments=max_experiments, agent=agent if proposer is None else "search",
                        kernels=kernels, backend=backend, batch=batch, seq=seq, dtype=dtype, top=top,
                        timeout_s=timeout_s, provider=llm.provider, llm_model=llm.llm_model)
+    pin = None  # one GPU: the run's own bench worker, pinned there (no pool)
+    if pool is None and judge is None:
+        pooled.check()
+        pin = pooled.one_gpu()
     if proposer is None:  # a missing model name or key is said now, not after profiling and baselines
         proposer = make_proposer(agent, llm=llm, store=store)
     key = lock_key("loop", model)
@@ -455,7 +506,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
             run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
                 "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
                 "batch": batch, "seq": seq, "dtype": dtype, "top": top, "target_mode": target_mode, "margin": margin,
-                **llm.config()})
+                **llm.config(), **pooled.config()})
             emit = stamped(emit, run.id)
         store.set_lock_run(key, run.id)
         if hasattr(proposer, "run_id"):
@@ -463,14 +514,21 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         hours = 8.0 if hours is None else float(hours)
         worker = None
         ceilings: dict = {}
+        common = dict(run=run, kernels=rows, agent=agent, proposer=proposer, budget_s=hours * 3600.0,
+                      max_experiments=max_experiments, timeout_s=timeout_s, on_event=emit, margin=margin,
+                      target_mode=target_mode)
         try:
-            if judge is None:
-                judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source)
-                screen = ceilings.get("screen")
-            loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
-                         budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s,
-                         on_event=emit, screen=screen, margin=margin, target_mode=target_mode)
-            loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")
+            if judge is None and (pool is not None or (pooled.wanted and pin is None)):
+                from autokernel.loop_pool import PooledLoop, open_pool
+
+                worker = pool or open_pool(store, emit, **pooled.config())
+                loop = PooledLoop(store, workspace, pool=worker, **common)
+            else:
+                if judge is None:
+                    judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source, env=pin)
+                    screen = ceilings.get("screen")
+                loop = _Loop(store, workspace, judge=judge, screen=screen, **common)
+                loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")
         except BaseException:
             if worker is not None:
                 worker.close()
@@ -485,7 +543,8 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
 
         status, reason = run_guarded(store, run.id, work, worker)
         summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
-        summary.timing = "gpu" if has_gpu() else "cpu"
+        interpreted = loop.pool.interpreted if hasattr(loop, "pool") else not has_gpu()
+        summary.timing = "cpu" if interpreted else "gpu"
         if verify and status == "finished":
             emit(LoopEvent("stage", "verifying the model with the kept kernels"))
             try:

@@ -44,6 +44,8 @@ class LoopSummary:
     verify: Optional[dict[str, Any]] = None
     verify_error: Optional[str] = None
     timing: str = "gpu"  # gpu | cpu: what the latencies are (CPU: autokernel.cpu_timing)
+    judges: list[dict[str, Any]] = field(default_factory=list)  # a pooled run's judges (autokernel.throughput)
+    throughput: Optional[dict[str, Any]] = None  # ... and its totals: candidates per hour, per GPU-hour, idle
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -131,13 +133,15 @@ def cleanup_stale(workspace, emit) -> None:
         emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
 
 
-def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, dict[str, Any]]:
+def default_judge(store, emit, gpu_compile: bool = False,
+                  env: Optional[dict[str, str]] = None) -> tuple[Judge, Any, dict[str, Any]]:
     """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
     ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
     a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
     Triton's and Inductor's compile caches live under the home (compile artefacts survive the worker
-    and the run). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings
-    are, "screen": the worker's cheap screen, timed the same way as the judge})."""
+    and the run); `env` goes on top of this process's environment for the worker (--gpus 0 pins its
+    GPU). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings are,
+    "screen": the worker's cheap screen, timed the same way as the judge})."""
     import functools
     import platform
     from pathlib import Path
@@ -150,7 +154,7 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, d
     from autokernel.cpu_timing import CPU_TIMING_NOTE, CPUTimedJudge
 
     cache = Paths(Path(store.path).parent).cache
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     worker = BenchWorker(env=env)
@@ -198,6 +202,9 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
     stopped = [e.duration_s for e in rows if e.status == "screened" and e.duration_s]
     exps = [e for e in rows if e.proposer != "baseline"]
     snap = orch.snapshot()
+    from autokernel.throughput import judge_stats, run_totals
+
+    judges = judge_stats(store, run_id)
     return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
                        experiments=len(exps), starting_points=len(rows) - len(exps),
                        kept=sum(1 for e in exps if e.status == "kept"),
@@ -206,4 +213,6 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
                        median_experiment_s=statistics.median(durations) if durations else None,
                        screened=sum(1 for e in exps if e.screen_us is not None),
                        screened_out=sum(1 for e in exps if e.status == "screened"),
-                       median_screen_s=statistics.median(stopped) if stopped else None)
+                       median_screen_s=statistics.median(stopped) if stopped else None,
+                       judges=[j.to_dict() for j in judges],
+                       throughput=run_totals(store, run_id, judges) if judges else None)

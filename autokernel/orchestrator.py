@@ -117,8 +117,9 @@ class Orchestrator:
 
     @classmethod
     def from_store(cls, store, run_id: int, kernels: Iterable, **kw) -> "Orchestrator":
+        """The state replayed in verdict order (a pool's judges finish out of numbering order)."""
         orch = cls(kernels, **kw)
-        for exp in store.list_experiments(run_id=run_id):
+        for exp in sorted(store.list_experiments(run_id=run_id), key=verdict_order):
             if exp.kernel_id in orch.states:
                 orch.record(exp)
         return orch
@@ -252,16 +253,45 @@ class Orchestrator:
         return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}
 
 
+def verdict_order(exp) -> tuple:
+    """Rows by the time their verdict was written (rows without one last), then by number."""
+    return (exp.finished_at is None, exp.finished_at or exp.created_at, exp.number)
+
+
 def run_elapsed_s(store, run_id: int) -> float:
     """Budget time already spent by a run, from the store: finished experiment rows count their
     measured duration; rows a killed process abandoned count the median duration (their own end
     time is when the resume noticed them, not when they died); and every LLM call counts the time
-    spent waiting on it, retries included (calls that gave no experiment too)."""
+    spent waiting on it, retries included (calls that gave no experiment too). A pool's sessions
+    count their wall-clock span instead (its judges' rows, from their start to their last sign of
+    life), with what happened in them: their judges worked in parallel."""
     rows = store.list_experiments(run_id=run_id)
+    spans = pooled_spans(store.list_judges(run_id))
+    if spans:
+        rows = [e for e in rows if e.judge_id is None]
     done = [float(e.duration_s) for e in rows if e.duration_s]
     median = statistics.median(done) if done else 0.0
-    waited = store.llm_usage(run_id)[2]
+    if spans:
+        def inside(t) -> bool:
+            return t is not None and any(a <= t <= b for a, b in spans)
+
+        waited = sum(c.latency_s or 0.0 for c in store.list_llm_calls(run_id=run_id, texts=False)
+                     if not inside(c.created_at))
+        waited += sum((b - a).total_seconds() for a, b in spans)
+    else:
+        waited = store.llm_usage(run_id)[2]
     return sum(done) + median * sum(1 for e in rows if e.status == "abandoned" and not e.duration_s) + waited
+
+
+def pooled_spans(judges) -> list[tuple]:
+    """The pooled sessions of a run as disjoint (start, end) times: the union of its judges' spans."""
+    spans: list[list] = []
+    for a, b in sorted((j.started_at, max(j.last_seen_at or j.started_at, j.started_at)) for j in judges):
+        if spans and a <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([a, b])
+    return [(a, b) for a, b in spans]
 
 
 def config_key(config: dict | str | None) -> str:

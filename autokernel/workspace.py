@@ -243,21 +243,51 @@ class Workspace:
         self._run("update-ref", ref, sha)
         return sha
 
-    def keep(self, name: str, worktree: Path, sha: str) -> None:
-        """Fast-forward the kernel's branch to `sha` and drop the worktree."""
-        branch = f"refs/heads/{self.branch_name(name)}"
+    def _head_and_target(self, name: str, sha: str) -> tuple[str, str, bool]:
+        """The branch head, the commit `sha` names, and whether the head is its ancestor."""
         head = self.head(name)
         target = self._rev(sha)
         if target is None:
             raise NotFoundError(f"commit {sha!r} not found in the workspace {self.root}")
         try:
             self.repo.git.execute(["git", "merge-base", "--is-ancestor", head, target])
-        except self._git.GitCommandError as exc:
+        except self._git.GitCommandError:
+            return head, target, False
+        return head, target, True
+
+    def keep(self, name: str, worktree: Path, sha: str) -> None:
+        """Fast-forward the kernel's branch to `sha` and drop the worktree."""
+        branch = f"refs/heads/{self.branch_name(name)}"
+        head, target, forward = self._head_and_target(name, sha)
+        if not forward:
             raise WorkspaceError(f"refusing to keep {target[:12]} for {name!r}: not a fast-forward of the "
-                                 f"branch head {head[:12]} (the branch moved since the experiment started)") from exc
+                                 f"branch head {head[:12]} (the branch moved since the experiment started)")
         # the expected old value makes this a compare-and-swap against a concurrent keep
         self._run("update-ref", branch, target, head)
         self._remove_worktree(Path(worktree))
+
+    def keep_latest(self, name: str, worktree: Path, sha: str) -> str:
+        """Make candidate `sha` the kernel's version and drop the worktree; returns the new head.
+        A fast-forward (keep) when the branch head is its ancestor; else, for a candidate made from
+        an older head that beats every keep since (a pool's judges finish out of order), a commit
+        of its kernel.py on top of the head (the experiment's own commit stays under its ref)."""
+        head, target, forward = self._head_and_target(name, sha)
+        if forward:
+            self.keep(name, worktree, target)
+            return target
+        new = self._commit_source(name, self.read(name, target), f"keep {target[:12]}, judged from an "
+                                  f"older head than {head[:12]}", head)
+        self._run("update-ref", f"refs/heads/{self.branch_name(name)}", new, head)  # compare-and-swap
+        self._remove_worktree(Path(worktree))
+        return new
+
+    def same_content(self, a: str, b: str) -> bool:
+        """Whether two commits hold the same kernel.py (the same tree)."""
+        try:
+            ta, tb = (self._run("rev-parse", "--verify", "--quiet", f"{c}^{{tree}}") for c in (a, b))
+        except WorkspaceError:
+            return False  # one of them is not a commit here
+        return ta == tb
 
     def revert(self, name: str, worktree: Path, sha: str | None = None) -> None:
         """Drop the worktree; the commit (if any) stays reachable by its ref."""

@@ -21,7 +21,7 @@ from autokernel.store import tables  # noqa: F401  (registers the tables on SQLM
 from autokernel.store.migrate import applied_versions, bundled_migrations, migrate
 
 INITIAL_TABLES = {"runs", "profiles", "kernels", "experiments", "devices", "llm_calls"}  # 0001 creates these
-TABLES = INITIAL_TABLES | {"dispatch", "locks"}
+TABLES = INITIAL_TABLES | {"dispatch", "locks", "judges"}
 
 
 

@@ -130,10 +130,14 @@ def run_cmd(
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
     llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens (or $AUTOKERNEL_LLM_PRICES)."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one judgement, seconds."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over these GPUs, one judge per GPU: indices (0,1,2,3) or all."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Spread the problems over N CPU workers (the Triton interpreter)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its ADDRESS, or local; one judge per GPU (or --workers N)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress)."),
 ) -> None:
     """Optimize KernelBench problems: initial ModelNew from the kernel library, then the loop."""
     from autokernel.kb.runner import kb_run
+    from autokernel.pool import PoolOptions
     from autokernel.proposers import LLMSettings
     from autokernel.store import Store
     from autokernel.workspace import Workspace
@@ -152,7 +156,8 @@ def run_cmd(
                              resume=resume_run if resume_run is not None else resume,
                              llm=LLMSettings(llm_model, provider, candidates, temperature, max_llm_calls, max_cost,
                                              llm_price),
-                             timeout_s=timeout_s, on_event=tee(progress, log))
+                             timeout_s=timeout_s, pool_options=PoolOptions(gpus, workers, ray),
+                             on_event=tee(progress, log))
         finally:
             if progress.live is not None:
                 progress.live.stop()

@@ -54,6 +54,15 @@ def kernels_table(kernels: list[dict[str, Any]], title: str = "") -> Table:
     return t
 
 
+def judges_line(judges: list[dict[str, Any]]) -> str:
+    """A pool's judges at a glance: how many are busy, retired, and their workers' restarts."""
+    busy = sum(1 for j in judges if j.get("busy"))
+    retired = sum(1 for j in judges if j.get("retired"))
+    restarts = sum(j.get("restarts") or 0 for j in judges)
+    return (f"judges: {busy} of {len(judges) - retired} busy" + (f", {retired} retired" if retired else "")
+            + (f", {restarts} worker restart(s)" if restarts else ""))
+
+
 def _num(v, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -86,6 +95,8 @@ class Display:
                         f"{s.get('duplicates', 0)} repeats skipped", style="dim")
         parts = [head, screen, Text(f"why: {self.why}", style="dim"), Text(f"now: {self.current}"),
                  Text(f"last: {self.last}")]
+        if s.get("judges"):
+            parts.insert(2, Text(judges_line(s["judges"]), style="dim"))
         if s.get("kernels"):
             parts.append(kernels_table(s["kernels"]))
         parts += [Text(line, style="dim") for line in self.log[-4:]]
@@ -135,11 +146,15 @@ def register(app: typer.Typer) -> None:
         timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
         target_mode: Optional[str] = typer.Option(None, "--target-mode", help="How the model runs, so what a kernel must beat: compile (torch.compile's op, GPU time; default) or eager (eager's op, host time included)."),
         screen_margin: Optional[float] = typer.Option(None, "--screen-margin", help="A candidate screened at the heaviest shape goes on to the full judgement within this factor of the best (default 1.2)."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="Judge on these GPUs at once, one judge per GPU: indices (0,1,2,3) or all."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Judge on N CPU workers at once (the Triton interpreter; machines without a GPU, tests)."),
+        ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its ADDRESS, or local; one judge per GPU (or --workers N)."),
         no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
     ) -> None:
         """Optimize a model's bottleneck kernels unattended (profiles and extracts first if needed), then verify."""
         from autokernel.loop import run_loop
+        from autokernel.pool import PoolOptions
         from autokernel.proposers import LLMSettings
         from autokernel.store import Store
         from autokernel.workspace import Workspace
@@ -159,7 +174,7 @@ def register(app: typer.Typer) -> None:
                                    llm=LLMSettings(llm_model, provider, candidates, temperature, max_llm_calls,
                                                    max_cost, llm_price),
                                    timeout_s=timeout_s, verify=not no_verify, target_mode=target_mode,
-                                   margin=screen_margin,
+                                   margin=screen_margin, pool_options=PoolOptions(gpus, workers, ray),
                                    on_event=tee(None if as_json else display, log))
             finally:
                 if display.live is not None:

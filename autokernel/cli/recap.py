@@ -13,6 +13,10 @@ def _elapsed(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def _rate(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -64,6 +68,11 @@ def recap_lines(summary, log: Optional[str] = None) -> list[str]:
     if summary.timing == "cpu":
         counts += f"; {CPU_LABEL}, in the Triton interpreter: they rank candidates, they are not GPU speed"
     lines = [head, counts]
+    t = getattr(summary, "throughput", None)
+    if t and t.get("judges"):
+        lines.append(f"{_plural(t['judges'], 'judge')}: {_rate(t['per_hour'])} candidates per hour, "
+                     f"{_rate(t['per_gpu_hour'])} per GPU-hour, idle {_rate(t['idle_pct'])}% of their time"
+                     + (f", {_plural(t['restarts'], 'worker restart')}" if t.get("restarts") else ""))
     kernels = summary.kernels
     width = max((len(k["name"]) for k in kernels), default=0)
     lines += [kernel_line(k, width) for k in kernels]

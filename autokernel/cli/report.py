@@ -42,8 +42,10 @@ def report_command(
             except NotFoundError as exc:
                 raise missing_run(run) from exc
             if fmt == ReportFormat.md:
+                from autokernel.throughput import judges_md
+
                 llm = build_llm_usage(store, run)
-                extra = latest_workloads_md(store, run)
+                extra = "\n".join(t for t in (judges_md(store, run), latest_workloads_md(store, run)) if t)
     elif run is not None:
         raise missing_run(run)
     else:

@@ -177,9 +177,15 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
            kb_path: str | None = None, size: str = "auto", experiments_per_problem: int | None = 3,
            hours: float | None = None, agent: str = "search", resume: bool | int = False,
            llm_model: str | None = None, provider: str | None = None, llm: LLMSettings | None = None,
-           timeout_s: float = 600.0, worker=None, proposer=None,
+           timeout_s: float = 600.0, worker=None, proposer=None, pool_options=None, pool=None,
            on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
+    """pool_options (pool.PoolOptions: --gpus, --workers, --ray) spread the problems over a pool of
+    judges (kb/pooled.py), but one GPU (--gpus 0) is the usual run with its worker pinned there; a
+    given, started `pool` is used (and closed) instead."""
+    from autokernel.pool import PoolOptions
+
     emit = on_event or (lambda e: None)
+    pooled = pool_options or PoolOptions()
     llm = LLMSettings(**(llm.config() if llm else {}))
     llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
     run = None
@@ -193,6 +199,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         experiments_per_problem = opts.get("experiments_per_problem", experiments_per_problem)
         hours = hours if hours is not None else opts.get("hours")
         llm = llm.merged(opts)
+        pooled = pooled.merged(opts)
     else:
         if level is None:
             raise ConfigError("--level is required (or --resume)")
@@ -206,6 +213,10 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
     check_kb_options(level=level, experiments_per_problem=experiments_per_problem, hours=hours,
                      timeout_s=timeout_s, agent=agent if proposer is None else "search", provider=llm.provider,
                      llm_model=llm.llm_model)
+    pin = None  # one GPU: the run's own KernelBench worker, pinned there (no pool)
+    if pool is None and worker is None:
+        pooled.check()
+        pin = pooled.one_gpu()
     problems = load_problems(source, kb_path, level=level, ids=ids, size=size)
     if proposer is None:  # a missing model name or key is said now, before any problem is judged
         proposer = make_proposer(agent, llm=llm, store=store)
@@ -217,7 +228,8 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         else:
             run = store.create_run("kb", model=f"kb:{source}:L{level}", agent=agent, pid=os.getpid(), config={
                 "level": level, "ids": ids, "source": source, "kb_path": str(kb_path) if kb_path else None,
-                "size": size, "experiments_per_problem": experiments_per_problem, "hours": hours, **llm.config()})
+                "size": size, "experiments_per_problem": experiments_per_problem, "hours": hours, **llm.config(),
+                **pooled.config()})
         store.set_lock_run(key, run.id)
         if hasattr(proposer, "run_id"):
             proposer.run_id = run.id
@@ -228,10 +240,14 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
         own_worker = worker is None
         try:
             cleanup_stale(workspace, emit)
-            if own_worker:
+            if own_worker and (pool is not None or (pooled.wanted and pin is None)):
+                from autokernel.loop_pool import open_pool
+
+                worker = pool or open_pool(store, emit, family="kb", **pooled.config())
+            elif own_worker:
                 from autokernel.kb.evaluate import KBWorker
 
-                worker = KBWorker()
+                worker = KBWorker(env={**os.environ, **pin} if pin else None)
         except BaseException:
             if own_worker and worker is not None:
                 worker.close()
@@ -239,6 +255,12 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
             raise
 
         def work() -> str:
+            if hasattr(worker, "slots"):  # a pool: the problems judged side by side
+                from autokernel.kb.pooled import run_pooled
+
+                return run_pooled(store, workspace, run=run, problems=problems, pool=worker, agent=agent,
+                                  proposer=proposer, budget_s=budget_s, per_problem=experiments_per_problem,
+                                  timeout_s=timeout_s, emit=emit)
             for i, p in enumerate(problems, 1):
                 emit(LoopEvent("problem", f"[{i}/{len(problems)}] {p.label()}", {"index": i, "total": len(problems),
                                                                                 "kernel": p.kernel_name}))

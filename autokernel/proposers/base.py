@@ -48,6 +48,7 @@ class KernelContext:
     changes: dict[int, str] = field(default_factory=dict)  # experiment id -> what it changed (diff or config)
     failed_diff: Optional[str] = None  # the latest experiment's change when it failed (against the current file)
     max_candidates: Optional[int] = None  # how many candidates the loop can still judge in this run
+    batch: int = 1  # how many candidates the loop judges at once now (a pool's free judges)
 
 
 class Proposer(Protocol):

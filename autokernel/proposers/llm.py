@@ -10,7 +10,8 @@ endpoint that refuses the configuration raises an LLMError marked fatal (the run
 budget raises LLMBudgetSpent (the run stops cleanly); Ctrl-C during a call is recorded as "interrupted".
 
 With `candidates` n > 1 the proposer asks for n answers (one request where the protocol has `n`,
-else n requests) and returns every usable one: the loop judges them as one batch. The generated
+else n requests) and returns every usable one: the loop judges them as one batch. A pool of judges
+asks for as many as it has free judges (KernelContext.batch), never fewer than n. The generated
 code is never imported here: it runs only in the bench's child process, whose environment holds
 no API keys.
 """
@@ -153,7 +154,9 @@ class LLMProposer:
     def propose(self, source: str, spec: Any = None, history: Sequence[Any] = (), last_result: Any = None, *,
                 kernel: Optional[KernelContext] = None) -> Proposal | list[Proposal]:
         current = parse_source(source)
-        n = max(1, min(self.candidates, kernel.max_candidates or self.candidates) if kernel else self.candidates)
+        # a pool asks for as many as it has free judges (kernel.batch), --candidates at least
+        want = max(self.candidates, kernel.batch) if kernel else self.candidates
+        n = max(1, min(want, kernel.max_candidates or want) if kernel else want)
         max_tokens = answer_budget(source, self.client.max_tokens)
         system, user = build_prompt(source, spec, history, last_result, kernel, recent=self.recent,
                                     answers=self.failed_answers(kernel), max_tokens=max_tokens)

@@ -39,8 +39,9 @@ MAX_ASKS = 16  # asks of the study per proposal before an untried point is drawn
 
 
 def tried_configs(history: Sequence[Any], names: Optional[Sequence[str]] = None,
-                  start: Optional[dict] = None) -> set[str]:
-    """Keys of the (effective) configurations the history judged; abandoned twice counts."""
+                  start: Optional[dict] = None, run_id: Optional[int] = None) -> set[str]:
+    """Keys of the (effective) configurations the history judged, or that run `run_id` is judging
+    now (its running rows: a pool's candidates in flight); abandoned twice counts."""
     abandoned: Counter = Counter()
     tried = set()
     for exp in history:
@@ -50,9 +51,15 @@ def tried_configs(history: Sequence[Any], names: Optional[Sequence[str]] = None,
             abandoned[key] += 1
             if abandoned[key] >= 2:
                 tried.add(key)
-        elif exp.status != "running":
+        elif exp.status != "running" or (run_id is not None and exp.run_id == run_id):
             tried.add(key)
     return tried
+
+
+def in_flight(history: Sequence[Any], names: Sequence[str], start: dict, run_id: Optional[int]) -> set[str]:
+    """Keys of the configurations run `run_id` is judging now (its running rows)."""
+    return {config_key({n: {**start, **history_config(e)}.get(n) for n in names}) for e in history
+            if e.status == "running" and run_id is not None and e.run_id == run_id}
 
 
 class SearchProposer:
@@ -68,22 +75,41 @@ class SearchProposer:
         self.last_trial: Optional[int] = None  # the study's trial number of the last proposal
 
     def propose(self, source: str, spec: Any = None, history: Sequence[Any] = (), last_result: Any = None, *,
-                kernel: Optional[KernelContext] = None) -> Proposal:
+                kernel: Optional[KernelContext] = None) -> Proposal | list[Proposal]:
+        """One proposal, or kernel.batch of them (a pool's free judges): the study is asked once
+        per candidate, the ones in flight known to it as running trials (TPE's constant liar keeps
+        a batch spread out)."""
         kf = parse_source(source)
         space = kf.search_space
         if not space:
             raise SearchExhausted("the kernel file declares no SEARCH_SPACE")
         dtype = kernel.dtype if kernel is not None else "bfloat16"
         label = kernel.name if kernel is not None else kf.kernel_type
+        run_id = kernel.run_id if kernel is not None else None
         names = effective_names(source, kf.config, dtype)
         valid = valid_config_fn(source) or (lambda cfg: True)
-        tried = tried_configs(history, names, kf.config) | {config_key(effective(kf.config, names))}
+        tried = tried_configs(history, names, kf.config, run_id) | {config_key(effective(kf.config, names))}
         seed = self.seed * 1_000_003 + int.from_bytes(hashlib.sha256(label.encode()).digest()[:4], "big")
         name = studies.study_name(label, dtype, space, names)
         if name not in self._studies:
             self._studies[name] = studies.open_study(name, self.study_path, seed, self.startup)
         study = self._studies[name]
-        studies.sync(study, history, space, names, kf.config)
+        studies.sync(study, history, space, names, kf.config, in_flight(history, names, kf.config, run_id))
+        n = max(1, kernel.batch if kernel is not None else 1)
+        if kernel is not None and kernel.max_candidates:
+            n = min(n, kernel.max_candidates)
+        out: list[Proposal] = []
+        for _ in range(n):
+            try:
+                out.append(self._ask(study, source, kf, space, names, tried, valid, dtype, label, seed))
+            except SearchExhausted:
+                if not out:
+                    raise
+                break
+        return out[0] if n == 1 else out
+
+    def _ask(self, study, source, kf, space, names, tried, valid, dtype, label, seed) -> Proposal:
+        """One untried, valid configuration from the study (its key joins `tried`)."""
         dists = studies.distributions(space, names)
         optuna = studies.optuna_module()
         for attempt in range(MAX_ASKS + 1):
@@ -116,6 +142,7 @@ class SearchProposer:
                 tried.add(key)
                 continue
             trial.set_user_attr("key", key)
+            tried.add(key)
             self.last_trial = trial.number
             return Proposal(source=new_source, description=self._describe(trial.number, kf, cfg, attempt >= MAX_ASKS),
                             config=cfg)

@@ -87,8 +87,10 @@ def open_study(name: str, path: Optional[Path], seed: int, startup: int):
                                              engine_kwargs={"connect_args": {"timeout": 30}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
+        # constant_liar: trials still running (a pool's batch in flight) count as bad ones, so one
+        # batch is spread out instead of asking the same region N times
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True,
-                                             warn_independent_sampling=False)
+                                             warn_independent_sampling=False, constant_liar=True)
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
                                load_if_exists=True)
 
@@ -118,8 +120,9 @@ def row_value(exp, starts: dict[Optional[int], Any]) -> Optional[tuple[float, bo
 
 
 def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[str],
-         start_config: dict[str, Any]) -> None:
-    """Bring the study up to date with the store (see the module docstring)."""
+         start_config: dict[str, Any], in_flight: Optional[set] = None) -> None:
+    """Bring the study up to date with the store (see the module docstring); trials whose key is
+    `in_flight` (a pool is judging them now) stay running."""
     optuna = optuna_module()
     starts = {e.run_id: e for e in history if e.status == "baseline" and e.latency_us}
     verdicts: dict[str, tuple[dict, Optional[tuple[float, bool]]]] = {}
@@ -133,6 +136,8 @@ def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[
         key = t.user_attrs.get("key")
         if t.state == optuna.trial.TrialState.RUNNING:
             got = verdicts.get(key, (None, None))[1]
+            if got is None and key in (in_flight or ()):
+                continue
             if got is None:
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)
                 continue

@@ -21,6 +21,7 @@ from sqlmodel import Session, create_engine, select
 from autokernel.config import READ_ONLY_ERRNOS
 from autokernel.errors import LockHeldError, NotFoundError, StoreError
 from autokernel.liveness import owner_alive, this_process
+from autokernel.store.judges import JudgeRows
 from autokernel.store.migrate import check_not_newer, migrate
 from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, LLMCall, Lock, Profile, Run, utcnow
 
@@ -38,7 +39,7 @@ def _set_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-class Store:
+class Store(JudgeRows):
     """Open (and migrate) the database at `path`. Use as a context manager or call close()."""
 
     def __init__(self, path: str | Path):

@@ -113,6 +113,31 @@ class Experiment(SQLModel, table=True):
     candidate_key: Optional[str] = Field(default=None, index=True)
     screen_us: Optional[float] = None  # short timing at the kernel's heaviest model shape (the screen)
     screen_best_us: Optional[float] = None  # the best version's time at that shape, when it was screened
+    # the judge (one worker on one GPU, in one session of the run) that judged it; None: the run's
+    # own single bench worker (a loop without --gpus/--workers/--ray)
+    judge_id: Optional[int] = Field(default=None, foreign_key="judges.id")
+
+
+class Judge(SQLModel, table=True):
+    """One judge of a pooled session (autokernel/pool.py): a bench worker pinned to one GPU (or a CPU
+    worker, or a Ray actor). The coordinator writes it: started when the pool starts, last_seen and
+    busy_s after each judgement, so a kill -9 leaves an honest span; the report's throughput, idle
+    time and the run's wall-clock budget come from these rows."""
+
+    __tablename__ = "judges"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[int] = Field(default=None, foreign_key="runs.id", index=True)
+    slot: int = 0  # its place in the pool (0..N-1)
+    label: str = ""  # "gpu 3", "cpu 1", "ray gpu 0 on host"
+    device: Optional[str] = None  # what its timings are: the GPU's name, or the CPU interpreter
+    host: str = ""
+    pid: Optional[int] = None  # its worker process now (the bench worker locally, the actor on Ray)
+    started_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: Optional[datetime] = None  # its last judgement's end (the session's end for it)
+    busy_s: float = 0.0  # seconds spent judging (candidates, starting points, its own references)
+    judged: int = 0  # judgements it returned (candidates and starting points)
+    restarts: int = 0  # its worker process started again after dying (the candidate it held: failed)
 
 
 class Dispatch(SQLModel, table=True):
