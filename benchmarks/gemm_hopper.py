@@ -31,6 +31,8 @@ import argparse
 import ast
 import datetime as dt
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -88,16 +90,22 @@ FP32_CANDIDATES = {
     "persistent 64x128x32 w8 s3 ieee plain": {"FP32_VARIANT": "persistent", "PERSISTENT_LOOP": "plain",
                                               "EPILOGUE_SUBTILE": 1},
 }
+def _mlp(gu_stages, down, sub):
+    cfg = {"GU_VARIANT": "persistent", "GU_BLOCK_M": 128, "GU_BLOCK_N": 128, "GU_BLOCK_K": 64, "GU_NUM_WARPS": 8,
+           "GU_NUM_STAGES": gu_stages, "EPILOGUE_SUBTILE": sub, "PERSISTENT_LOOP": "flatten", "GROUP_M": 8}
+    if down:
+        cfg.update({"DOWN_VARIANT": "persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 64,
+                    "DOWN_NUM_WARPS": 8, "DOWN_NUM_STAGES": down})
+    return cfg
+
+
+# the fused_mlp starter's persistent gate/up (SiLU*mul epilogue, two accumulators: a 128x256 GEMM
+# tile's registers) and persistent down projection, both flattened
 MLP_CANDIDATES = {
     "starter": None,
-    "persistent 128x128 w8 s3 + down 128x256 w8 s3": {
-        "GU_VARIANT": "persistent", "GU_BLOCK_M": 128, "GU_BLOCK_N": 128, "GU_NUM_WARPS": 8, "GU_NUM_STAGES": 3,
-        "DOWN_VARIANT": "persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_NUM_WARPS": 8,
-        "DOWN_NUM_STAGES": 3},
-    "persistent 128x128 w8 s4 + down 128x256 w8 s4": {
-        "GU_VARIANT": "persistent", "GU_BLOCK_M": 128, "GU_BLOCK_N": 128, "GU_NUM_WARPS": 8, "GU_NUM_STAGES": 4,
-        "DOWN_VARIANT": "persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_NUM_WARPS": 8,
-        "DOWN_NUM_STAGES": 4},
+    "persistent gate/up 128x128 s3 + down 128x256 s3, sub1": _mlp(3, 3, 1),
+    "persistent gate/up 128x128 s4 + down 128x256 s4, sub2": _mlp(4, 4, 2),
+    "persistent gate/up 128x128 s4 sub2 + starter's down": _mlp(4, 0, 2),
 }
 
 
@@ -118,7 +126,12 @@ def candidate_source(kernel_type: str, overrides: dict | None) -> str:
 
 
 def load(kernel_type: str, overrides: dict | None, cache: Path):
-    return import_kernel(parse_source(candidate_source(kernel_type, overrides)), cache_dir=cache)
+    """The candidate as a module; ValueError when the starter's valid_config rejects it."""
+    kf = parse_source(candidate_source(kernel_type, overrides))
+    mod = import_kernel(kf, cache_dir=cache)
+    if not mod.valid_config(dict(kf.config)):
+        raise ValueError(f"valid_config rejects {overrides}")
+    return mod
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -345,8 +358,9 @@ def compile_section(progress, clock, names: list[str]) -> list[str]:
     todo = [n for n in names if progress.get(*_compile_key(n), "torch.compile") is None]
     if not todo or clock.left() < 30:
         return todo
+    # its own process group: Inductor's autotuning workers go down with it at the deadline
     proc = subprocess.Popen([sys.executable, __file__, "--compile-worker", ",".join(todo)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
 
     def read():
         for line in proc.stdout:
@@ -360,7 +374,10 @@ def compile_section(progress, clock, names: list[str]) -> list[str]:
     try:
         proc.wait(timeout=max(1.0, clock.left() - 3))
     except subprocess.TimeoutExpired:
-        proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
     reader.join(timeout=5)
     return [n for n in todo if progress.get(*_compile_key(n), "torch.compile") is None]
@@ -389,11 +406,14 @@ def table_entries(best: dict[str, tuple[str, float]]) -> dict[str, dict]:
     """PERSISTENT_SHAPES entries for the chosen candidates (the starter's own values fill the keys a
     candidate leaves alone), keyed as the starter looks them up."""
     kf = parse_source(starter_path("matmul", "triton").read_text())
+    starter = import_kernel(kf, cache_dir=Path(tempfile.mkdtemp()))
     out = {}
     for shape, (name, _) in best.items():
         m, n, k = (int(v) for v in shape.split("x"))
-        cfg = dict(kf.config, **(CANDIDATES[name] or {}))
-        out[f"{1 << max(0, m - 1).bit_length()}x{n}x{k}"] = {key: cfg[key] for key in TABLE_KEYS}
+        # "starter" ran what the committed file runs there (its table entry, if it has one)
+        overrides = CANDIDATES[name]
+        cfg = starter.call_config(torch.bfloat16, m, n, k) if overrides is None else dict(kf.config, **overrides)
+        out[starter.shape_key(m, n, k)] = {key: cfg[key] for key in TABLE_KEYS}
     return out
 
 

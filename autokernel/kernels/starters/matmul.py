@@ -473,7 +473,7 @@ def _tma_scratch(size, alignment, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _config(dtype, M=0, N=0, K=0):
+def call_config(dtype, M=0, N=0, K=0):
     """The tunables a call runs with, under their 16-bit names (fp32 inputs: the FP32_* values), plus
     PRECISION; for 16-bit inputs with SHAPE_CONFIGS "table", PERSISTENT_SHAPES' entry for the shape
     overrides them."""
@@ -557,7 +557,7 @@ def kernel_fn(a, b):
         return c.zero_()
     if N == 1:
         return _gemv(a, b, c)
-    cfg = _config(a.dtype, M, N, K)
+    cfg = call_config(a.dtype, M, N, K)
     bm, bn, bk, group = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["GROUP_M"]
     warps, stages, precision = cfg["NUM_WARPS"], cfg["NUM_STAGES"], cfg["PRECISION"]
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(0) == 1 and b.stride(1) != 1:
@@ -612,7 +612,7 @@ def bmm(a, b):
         return c
     if K == 0:
         return c.zero_()
-    cfg = _config(a.dtype)
+    cfg = call_config(a.dtype)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     warps, stages, precision = cfg["NUM_WARPS"], cfg["NUM_STAGES"], cfg["PRECISION"]
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(1) == 1 and b.stride(2) != 1:
