@@ -215,6 +215,26 @@ def measure(progress: Progress, clock: Clock, timer, section: str, shape: str, n
     return row
 
 
+def measure_candidates(ctx, section: str, shape: str, kernel_type: str, candidates: dict, call, check,
+                       mods: dict | None = None) -> None:
+    """measure() each of `candidates` (name -> the starter's tunables to change, None: as committed):
+    call(module) runs it. `mods` keeps the loaded modules across shapes; a candidate that cannot
+    load is recorded with its reason at this shape."""
+    progress, clock, timer, cache = ctx
+    mods = {} if mods is None else mods
+    for name, overrides in candidates.items():
+        if progress.get(section, shape, name) is not None:
+            continue
+        if name not in mods:
+            try:
+                mods[name] = load(kernel_type, overrides, cache)
+            except Exception as exc:
+                progress.add(section, shape, name, None, _short(exc))
+                continue
+        mod = mods[name]
+        measure(progress, clock, timer, section, shape, name, lambda: call(mod), check)
+
+
 def closeness(tol: tuple[float, float]):
     atol, rtol = tol
 
@@ -248,17 +268,8 @@ def gemm_section(args, progress, clock, timer, device, dtype, cache) -> None:
         ref = torch.matmul(a.float(), b.float()).to(dtype)
         check = closeness(spec.tolerance(dtype))
         measure(progress, clock, timer, "gemm", shape, "cuBLAS", lambda: torch.matmul(a, b), lambda o: check(o, ref))
-        for name, overrides in CANDIDATES.items():
-            if progress.get("gemm", shape, name) is None and name not in mods:
-                try:
-                    mods[name] = load("matmul", overrides, cache)
-                except Exception as exc:
-                    progress.add("gemm", shape, name, None, _short(exc))
-                    continue
-            mod = mods.get(name)
-            if mod is None:
-                continue
-            measure(progress, clock, timer, "gemm", shape, name, lambda: mod.kernel_fn(a, b), lambda o: check(o, ref))
+        measure_candidates((progress, clock, timer, cache), "gemm", shape, "matmul", CANDIDATES,
+                           lambda mod: mod.kernel_fn(a, b), lambda o: check(o, ref), mods)
         del a, b, ref
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -282,15 +293,8 @@ def mlp_section(args, progress, clock, timer, device, dtype, cache) -> None:
     measure(progress, clock, timer, "mlp", key, "cuBLAS + compiled silu*mul", library, lambda o: check(o, ref))
     measure(progress, clock, timer, "mlp", key, "eager (cuBLAS + silu, mul)",
             lambda: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd), lambda o: check(o, ref))
-    for name, overrides in MLP_CANDIDATES.items():
-        if progress.get("mlp", key, name) is not None:
-            continue
-        try:
-            mod = load("fused_mlp", overrides, cache)
-        except Exception as exc:
-            progress.add("mlp", key, name, None, _short(exc))
-            continue
-        measure(progress, clock, timer, "mlp", key, name, lambda: mod.kernel_fn(x, wg, wu, wd), lambda o: check(o, ref))
+    measure_candidates((progress, clock, timer, cache), "mlp", key, "fused_mlp", MLP_CANDIDATES,
+                       lambda mod: mod.kernel_fn(x, wg, wu, wd), lambda o: check(o, ref))
 
 
 def fp32_section(args, progress, clock, timer, device, cache) -> None:
@@ -303,15 +307,8 @@ def fp32_section(args, progress, clock, timer, device, cache) -> None:
     check = closeness((1e-4, 1e-4))  # KernelBench's fp32 judgement
     measure(progress, clock, timer, "fp32", shape, "cuBLAS (TF32 off)", lambda: spec.reference(a, b),
             lambda o: check(o, ref))
-    for name, overrides in FP32_CANDIDATES.items():
-        if progress.get("fp32", shape, name) is not None:
-            continue
-        try:
-            mod = load("matmul", overrides, cache)
-        except Exception as exc:
-            progress.add("fp32", shape, name, None, _short(exc))
-            continue
-        measure(progress, clock, timer, "fp32", shape, name, lambda: mod.kernel_fn(a, b), lambda o: check(o, ref))
+    measure_candidates((progress, clock, timer, cache), "fp32", shape, "matmul", FP32_CANDIDATES,
+                       lambda mod: mod.kernel_fn(a, b), lambda o: check(o, ref))
 
 
 def compile_worker(names: list[str]) -> None:

@@ -182,7 +182,7 @@ def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch,
                DOWN_BLOCK_K=32, FP32_BLOCK_M=32, FP32_BLOCK_N=32, FP32_BLOCK_K=16)
     mod = _load(MLP, cfg, tmp_path)
     assert mod.valid_config(dict(MLP.kernel_file("triton").config, **cfg))
-    seen = _spy(mod, monkeypatch, ["_gate_up_persistent", "_down_persistent", "_gate_up_kernel", "_down_kernel"])
+    seen = _spy(mod, monkeypatch, ["_persistent_kernel", "_gate_up_kernel", "_down_kernel"])
     gen = MLP.gen(44)
     expect = []
     for dtype in CPU_DTYPES:
@@ -191,10 +191,10 @@ def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch,
         if dtype == torch.float32:
             expect += ["_gate_up_kernel", "_down_kernel"]
         else:
-            expect += ["_gate_up_persistent",
-                       "_down_persistent" if variant.get("DOWN_VARIANT") == "persistent" else "_down_kernel"]
-    assert [name for name, _, _ in seen] == expect
-    gate_up = next(kw for name, grid, kw in seen if name == "_gate_up_persistent")
+            expect += ["_persistent_kernel gated",
+                       "_persistent_kernel" if variant.get("DOWN_VARIANT") == "persistent" else "_down_kernel"]
+    assert [name + (" gated" if kw.get("GATED") else "") for name, _, kw in seen] == expect
+    gate_up = next(kw for name, grid, kw in seen if kw.get("GATED"))
     assert gate_up["PROGRAMS"] == 3 and gate_up["SUBTILE"] == variant["EPILOGUE_SUBTILE"]
 
 

@@ -208,53 +208,37 @@ def _store_tile(desc, off_m, off_n, tile, BM: tl.constexpr, BN: tl.constexpr, SU
 
 
 @triton.jit
-def _gate_up_persistent(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_wg, stride_wu, stride_hm,
-                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-                        PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr):
-    """h = silu(x @ Wg^T) * (x @ Wu^T), PROGRAMS programs walking the [BM, BN] tiles of h."""
-    start = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    k_tiles = tl.cdiv(K, BK)
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BM, BK])
-    wg_desc = tl.make_tensor_descriptor(wg_ptr, shape=[N, K], strides=[stride_wg, 1], block_shape=[BN, BK])
-    wu_desc = tl.make_tensor_descriptor(wu_ptr, shape=[N, K], strides=[stride_wu, 1], block_shape=[BN, BK])
-    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, N], strides=[stride_hm, 1], block_shape=[BM, BN // SUBTILE])
-    # the epilogue's tile comes from its own counter (see the matmul starter's persistent kernel)
-    tile_c = start - PROGRAMS
-    for tile in tl.range(start, num_m * num_n, PROGRAMS, flatten=FLATTEN):
-        pid_m, pid_n = _tile_ids(tile, M, N, BM, BN, GROUP)
-        acc_g = tl.zeros((BM, BN), dtype=tl.float32)
-        acc_u = tl.zeros((BM, BN), dtype=tl.float32)
-        for ki in range(k_tiles):
-            x = x_desc.load([pid_m * BM, ki * BK])  # one x tile feeds both products
-            acc_g = tl.dot(x, wg_desc.load([pid_n * BN, ki * BK]).T, acc_g)
-            acc_u = tl.dot(x, wu_desc.load([pid_n * BN, ki * BK]).T, acc_u)
-        tile_c += PROGRAMS
-        pid_m, pid_n = _tile_ids(tile_c, M, N, BM, BN, GROUP)
-        _store_tile(h_desc, pid_m * BM, pid_n * BN, acc_g * tl.sigmoid(acc_g) * acc_u, BM, BN, SUBTILE)
-
-
-@triton.jit
-def _down_persistent(a_ptr, w_ptr, c_ptr, M, N, K, stride_am, stride_w, stride_cm,
-                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-                     PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr):
-    """c = a @ W^T for a K-contiguous W [N, K], PROGRAMS programs walking the [BM, BN] tiles of c."""
+def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w, stride_w2, stride_cm,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                       PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, GATED: tl.constexpr):
+    """c = a @ W^T for a K-contiguous W [N, K] (the down projection), or with GATED
+    c = silu(a @ W^T) * (a @ W2^T) (gate/up: one a tile feeds both products); PROGRAMS programs
+    walk the [BM, BN] tiles of c."""
     start = tl.program_id(0)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1], block_shape=[BN, BK])
+    if GATED:
+        w2_desc = tl.make_tensor_descriptor(w2_ptr, shape=[N, K], strides=[stride_w2, 1], block_shape=[BN, BK])
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BM, BN // SUBTILE])
+    # the epilogue's tile comes from its own counter (see the matmul starter's persistent kernel)
     tile_c = start - PROGRAMS
     for tile in tl.range(start, num_m * num_n, PROGRAMS, flatten=FLATTEN):
         pid_m, pid_n = _tile_ids(tile, M, N, BM, BN, GROUP)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
+        if GATED:
+            acc_u = tl.zeros((BM, BN), dtype=tl.float32)
         for ki in range(k_tiles):
-            acc = tl.dot(a_desc.load([pid_m * BM, ki * BK]), w_desc.load([pid_n * BN, ki * BK]).T, acc)
+            a = a_desc.load([pid_m * BM, ki * BK])
+            acc = tl.dot(a, w_desc.load([pid_n * BN, ki * BK]).T, acc)
+            if GATED:
+                acc_u = tl.dot(a, w2_desc.load([pid_n * BN, ki * BK]).T, acc_u)
         tile_c += PROGRAMS
         pid_m, pid_n = _tile_ids(tile_c, M, N, BM, BN, GROUP)
+        if GATED:  # silu in fp32, as the pointer kernel; h is written once
+            acc = acc * tl.sigmoid(acc) * acc_u
         _store_tile(c_desc, pid_m * BM, pid_n * BN, acc, BM, BN, SUBTILE)
 
 
@@ -312,18 +296,18 @@ def kernel_fn(x, w_gate, w_up, w_down):
             triton.set_allocator(_tma_scratch)
     if (persistent and GU_VARIANT == "persistent" and _tma_rows(x) and _tma_rows(w_gate) and _tma_rows(w_up)
             and _tma_rows(h)):
-        launch(_gate_up_persistent, (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),),
+        launch(_persistent_kernel, (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),),
             x, w_gate, w_up, h, T, F, D, x.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0),
             BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
-            FLATTEN=PERSISTENT_LOOP == "flatten", num_warps=gw, num_stages=gs,
+            FLATTEN=PERSISTENT_LOOP == "flatten", GATED=True, num_warps=gw, num_stages=gs,
         )
     else:
         _gate_up_pointer(x, w_gate, w_up, h, (gbm, gbn, gbk, gw, gs), precision)
     if persistent and DOWN_VARIANT == "persistent" and _tma_rows(h) and _tma_rows(w_down) and _tma_rows(out):
-        launch(_down_persistent, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
-            h, w_down, out, T, D, F, h.stride(0), w_down.stride(0), out.stride(0),
+        launch(_persistent_kernel, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
+            h, w_down, w_down, out, T, D, F, h.stride(0), w_down.stride(0), 0, out.stride(0),
             BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
-            FLATTEN=PERSISTENT_LOOP == "flatten", num_warps=dw, num_stages=ds,
+            FLATTEN=PERSISTENT_LOOP == "flatten", GATED=False, num_warps=dw, num_stages=ds,
         )
         return out
     launch(_down_kernel, (cdiv(T, dbm) * cdiv(D, dbn),),
