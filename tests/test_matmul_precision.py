@@ -77,9 +77,9 @@ def test_precision_is_a_declared_tunable_and_16bit_ignores_it():
     assert kf.search_space["FP32_PRECISION"] == ["ieee", "tf32x3"]
     assert kf.config["FP32_PRECISION"] in kf.search_space["FP32_PRECISION"]
     mod = import_kernel(read_kernel_file(starter_path("matmul", "triton")))
-    assert mod._config(torch.float32)[-1] == kf.config["FP32_PRECISION"]
+    assert mod.call_config(torch.float32)["PRECISION"] == kf.config["FP32_PRECISION"]
     for dtype in (torch.float16, torch.bfloat16):
-        assert mod._config(dtype)[-1] is None  # Triton's default for 16-bit operands
+        assert mod.call_config(dtype)["PRECISION"] is None  # Triton's default for 16-bit operands
 
 
 def test_valid_config_counts_the_tf32x3_copies_and_keeps_the_fp32_space_reachable():

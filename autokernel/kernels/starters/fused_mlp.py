@@ -6,7 +6,18 @@
 2. down: a grouped-ordering tiled matmul h @ Wd^T.
 Both use grouped program ordering for L2 reuse, any strides, masked edges, fp32 accumulation.
 fp32 inputs use their own tunables with true fp32 products (ieee) or 3xTF32.
+
+GU_VARIANT / DOWN_VARIANT "persistent" (16-bit inputs; the Hopper schedule of the matmul starter's
+persistent variant): one program per SM walks the output tiles in the grouped order, loading x,
+the weights and h through TMA tensor descriptors made on the device and storing through one,
+EPILOGUE_SUBTILE column pieces at a time; PERSISTENT_LOOP "flatten" fuses the tile and K loops into
+one pipelined loop (the next tile's loads overlap this tile's epilogue), "plain" pipelines the K
+loop per tile. The gate/up kernel keeps its two accumulators and applies silu(g) * u to them before
+the store, so the intermediate h is written once. Operands TMA cannot describe (weights that are
+not K-contiguous, rows not 16-byte aligned) take the pointer kernels.
 """
+
+import functools
 
 import torch
 import triton
@@ -36,6 +47,11 @@ DOWN_BLOCK_K = 64
 DOWN_NUM_WARPS = 8
 DOWN_NUM_STAGES = 3
 GROUP_M = 8
+# the persistent variants (16-bit inputs; see the module docstring)
+GU_VARIANT = "pointer"
+DOWN_VARIANT = "pointer"
+EPILOGUE_SUBTILE = 1
+PERSISTENT_LOOP = "flatten"
 # fp32 inputs, both kernels
 FP32_BLOCK_M = 64
 FP32_BLOCK_N = 64
@@ -56,6 +72,10 @@ SEARCH_SPACE = {
     "DOWN_NUM_WARPS": [4, 8],
     "DOWN_NUM_STAGES": [2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16],
+    "GU_VARIANT": ["pointer", "persistent"],
+    "DOWN_VARIANT": ["pointer", "persistent"],
+    "EPILOGUE_SUBTILE": [1, 2],
+    "PERSISTENT_LOOP": ["plain", "flatten"],
     "FP32_BLOCK_M": [32, 64, 128],
     "FP32_BLOCK_N": [32, 64, 128],
     "FP32_BLOCK_K": [16, 32],
@@ -63,6 +83,8 @@ SEARCH_SPACE = {
     "FP32_NUM_STAGES": [2, 3],
     "FP32_PRECISION": ["ieee", "tf32x3"],
 }
+
+STRUCTURAL = ["GU_VARIANT", "DOWN_VARIANT", "PERSISTENT_LOOP", "FP32_PRECISION"]
 
 DETERMINISTIC = True  # no atomics, no split-K: every output element reduced in a fixed order
 
@@ -72,6 +94,13 @@ SMEM_LIMIT = 227 * 1024  # H100/H200 opt-in shared memory per block
 def valid_config(cfg):
     gu = (cfg["GU_BLOCK_M"] + 2 * cfg["GU_BLOCK_N"]) * cfg["GU_BLOCK_K"] * 2 * cfg["GU_NUM_STAGES"]
     down = (cfg["DOWN_BLOCK_M"] + cfg["DOWN_BLOCK_N"]) * cfg["DOWN_BLOCK_K"] * 2 * cfg["DOWN_NUM_STAGES"]
+    # the persistent variants stage their output tile in shared memory for the TMA store,
+    # EPILOGUE_SUBTILE pieces at a time
+    sub = cfg.get("EPILOGUE_SUBTILE", 1)
+    if cfg.get("GU_VARIANT") == "persistent":
+        gu += cfg["GU_BLOCK_M"] * cfg["GU_BLOCK_N"] // sub * 2
+    if cfg.get("DOWN_VARIANT") == "persistent":
+        down += cfg["DOWN_BLOCK_M"] * cfg["DOWN_BLOCK_N"] // sub * 2
     f32 = ((cfg["FP32_BLOCK_M"] + 2 * cfg["FP32_BLOCK_N"]) * cfg["FP32_BLOCK_K"] * 4
            * cfg["FP32_NUM_STAGES"])
     # fp32 accumulator registers per thread: two tiles for gate/up, one for down.
@@ -167,6 +196,76 @@ def _down_kernel(a_ptr, w_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
 
 
+@triton.jit
+def _store_tile(desc, off_m, off_n, tile, BM: tl.constexpr, BN: tl.constexpr, SUBTILE: tl.constexpr):
+    # the TMA store of a [BM, BN] tile, in SUBTILE (1 or 2) column pieces; clipped at the edges
+    if SUBTILE == 1:
+        desc.store([off_m, off_n], tile.to(desc.dtype))
+    else:
+        left, right = tl.split(tl.permute(tl.reshape(tile, (BM, 2, BN // 2)), (0, 2, 1)))
+        desc.store([off_m, off_n], left.to(desc.dtype))
+        desc.store([off_m, off_n + BN // 2], right.to(desc.dtype))
+
+
+@triton.jit
+def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w, stride_w2, stride_cm,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                       PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, GATED: tl.constexpr):
+    """c = a @ W^T for a K-contiguous W [N, K] (the down projection), or with GATED
+    c = silu(a @ W^T) * (a @ W2^T) (gate/up: one a tile feeds both products); PROGRAMS programs
+    walk the [BM, BN] tiles of c."""
+    start = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1], block_shape=[BN, BK])
+    if GATED:
+        w2_desc = tl.make_tensor_descriptor(w2_ptr, shape=[N, K], strides=[stride_w2, 1], block_shape=[BN, BK])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BM, BN // SUBTILE])
+    # the epilogue's tile comes from its own counter (see the matmul starter's persistent kernel)
+    tile_c = start - PROGRAMS
+    for tile in tl.range(start, num_m * num_n, PROGRAMS, flatten=FLATTEN):
+        pid_m, pid_n = _tile_ids(tile, M, N, BM, BN, GROUP)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        if GATED:
+            acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([pid_m * BM, ki * BK])
+            acc = tl.dot(a, w_desc.load([pid_n * BN, ki * BK]).T, acc)
+            if GATED:
+                acc_u = tl.dot(a, w2_desc.load([pid_n * BN, ki * BK]).T, acc_u)
+        tile_c += PROGRAMS
+        pid_m, pid_n = _tile_ids(tile_c, M, N, BM, BN, GROUP)
+        if GATED:  # silu in fp32, as the pointer kernel; h is written once
+            acc = acc * tl.sigmoid(acc) * acc_u
+        _store_tile(c_desc, pid_m * BM, pid_n * BN, acc, BM, BN, SUBTILE)
+
+
+def _tma_rows(t):
+    """TMA can describe t as [rows, cols]: unit column stride, 16-byte aligned base and row stride."""
+    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+            and t.shape[0] > 0)
+
+
+def _tma_scratch(size, alignment, stream):
+    # Device-side tensor descriptors live in a global scratch buffer Triton asks the allocator for.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _programs(t):
+    """The persistent kernels' program count: the device's SMs (3 under the interpreter, so that
+    programs walk several tiles in the CPU tests)."""
+    if not t.is_cuda:
+        return 3
+    return _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
 def _configs(dtype):
     if dtype == torch.float32:
         f32 = (FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES)
@@ -190,12 +289,27 @@ def kernel_fn(x, w_gate, w_up, w_down):
     (gbm, gbn, gbk, gw, gs), (dbm, dbn, dbk, dw, ds), precision = _configs(x.dtype)
 
     h = torch.empty((T, F), device=x.device, dtype=x.dtype)
-    launch(_gate_up_kernel, (cdiv(T, gbm) * cdiv(F, gbn),),
-        x, w_gate, w_up, h, T, F, D,
-        *x.stride(), *w_gate.stride(), *w_up.stride(), *h.stride(),  # one call per tensor: host time
-        BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, EVEN_K=(D % gbk == 0), PRECISION=precision,
-        num_warps=gw, num_stages=gs,
-    )
+    persistent = x.dtype != torch.float32 and (GU_VARIANT == "persistent" or DOWN_VARIANT == "persistent")
+    if persistent:
+        programs = _programs(x)
+        if x.is_cuda:
+            triton.set_allocator(_tma_scratch)
+    if (persistent and GU_VARIANT == "persistent" and _tma_rows(x) and _tma_rows(w_gate) and _tma_rows(w_up)
+            and _tma_rows(h)):
+        launch(_persistent_kernel, (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),),
+            x, w_gate, w_up, h, T, F, D, x.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0),
+            BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
+            FLATTEN=PERSISTENT_LOOP == "flatten", GATED=True, num_warps=gw, num_stages=gs,
+        )
+    else:
+        _gate_up_pointer(x, w_gate, w_up, h, (gbm, gbn, gbk, gw, gs), precision)
+    if persistent and DOWN_VARIANT == "persistent" and _tma_rows(h) and _tma_rows(w_down) and _tma_rows(out):
+        launch(_persistent_kernel, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
+            h, w_down, w_down, out, T, D, F, h.stride(0), w_down.stride(0), 0, out.stride(0),
+            BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
+            FLATTEN=PERSISTENT_LOOP == "flatten", GATED=False, num_warps=dw, num_stages=ds,
+        )
+        return out
     launch(_down_kernel, (cdiv(T, dbm) * cdiv(D, dbn),),
         h, w_down, out, T, D, F,
         *h.stride(), *w_down.stride(), *out.stride(),
@@ -203,3 +317,15 @@ def kernel_fn(x, w_gate, w_up, w_down):
         num_warps=dw, num_stages=ds,
     )
     return out
+
+
+def _gate_up_pointer(x, w_gate, w_up, h, tiles, precision):
+    T, D = x.shape
+    F = w_gate.shape[0]
+    gbm, gbn, gbk, gw, gs = tiles
+    launch(_gate_up_kernel, (cdiv(T, gbm) * cdiv(F, gbn),),
+        x, w_gate, w_up, h, T, F, D,
+        *x.stride(), *w_gate.stride(), *w_up.stride(), *h.stride(),  # one call per tensor: host time
+        BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, EVEN_K=(D % gbk == 0), PRECISION=precision,
+        num_warps=gw, num_stages=gs,
+    )

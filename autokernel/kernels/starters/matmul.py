@@ -33,7 +33,26 @@ a matrix-vector product wrong-footed):
 VARIANT "tma" (16-bit only) loads tiles through tensor descriptors (tl.make_tensor_descriptor:
 TMA on Hopper, out-of-bounds zero fill, no masks) when the operands qualify (unit inner stride,
 16-byte aligned base and row strides); otherwise it falls back to the pointer kernel.
+
+VARIANT "persistent" (FP32_VARIANT for fp32 inputs) is the Hopper schedule: one program per SM
+(the count read once per device), each walking output tiles tile, tile + programs, ... in the
+GROUP_M-swizzled order, loading A and B through TMA tensor descriptors (made on the device,
+TMA_DESC "device", or on the host and passed as kernel parameters, "host") and storing C through
+one as well, EPILOGUE_SUBTILE pieces at a time (smaller epilogue buffer, more room for stages).
+PERSISTENT_LOOP picks how Triton 3.6 pipelines it on sm_90: "plain" (the K loop software-pipelined
+per tile), "flatten" (tile and K loops fused into one pipelined loop, so the next tile's loads
+overlap this tile's epilogue), "warp_specialize" (Triton's Hopper warp specialization: producer
+warps issue the TMA loads, consumer warpgroups the wgmma; it cannot be combined with flatten on
+Hopper). fp32 keeps its FP32_PRECISION (exact "ieee" by default) in this variant too. Operands TMA
+cannot describe fall back to the pointer kernel.
+
+Per-shape configurations: PERSISTENT_SHAPES maps "MxNxK" (M rounded up to a power of two) to the
+tunables benchmarks/gemm_hopper.py chose on the H200 at that shape (VARIANT included); with
+SHAPE_CONFIGS "table" they override the module's tunables there (16-bit inputs only), with "off"
+the tunables apply everywhere.
 """
+
+import functools
 
 import torch
 import triton
@@ -59,6 +78,11 @@ GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
 VARIANT = "pointer"
+# the persistent variant (see the module docstring)
+EPILOGUE_SUBTILE = 2
+PERSISTENT_LOOP = "flatten"
+TMA_DESC = "device"
+SHAPE_CONFIGS = "table"
 
 # fp32: true fp32 products ("ieee"), or 3xTF32 ("tf32x3": tensor cores, about fp32's error; see above).
 FP32_BLOCK_M = 64
@@ -68,6 +92,7 @@ FP32_NUM_WARPS = 8
 FP32_NUM_STAGES = 3
 FP32_PRECISION = "ieee"
 FP32_B_LAYOUT = "copy"
+FP32_VARIANT = "pointer"
 
 # awkward shapes (see the module docstring)
 SPLIT_K = "auto"
@@ -82,6 +107,9 @@ GEMV_WARPS = 4
 PAD_UNALIGNED = "pad"
 PAD_MIN_ELEMS = 1 << 20  # smaller operands are used as they are: the copy's launch costs more than it saves
 
+# benchmarks/gemm_hopper.py's choice per shape ("MxNxK", M rounded up to a power of two; bf16, B = W.t())
+PERSISTENT_SHAPES = {}
+
 SEARCH_SPACE = {
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [64, 128, 256],
@@ -89,7 +117,11 @@ SEARCH_SPACE = {
     "GROUP_M": [1, 4, 8, 16],
     "NUM_WARPS": [4, 8],
     "NUM_STAGES": [2, 3, 4, 5],
-    "VARIANT": ["pointer", "tma"],
+    "VARIANT": ["pointer", "tma", "persistent"],
+    "EPILOGUE_SUBTILE": [1, 2, 4],
+    "PERSISTENT_LOOP": ["plain", "flatten", "warp_specialize"],
+    "TMA_DESC": ["device", "host"],
+    "SHAPE_CONFIGS": ["table", "off"],
     # fp32 tiles take twice the shared memory of 16-bit ones; the larger ones suit tf32x3 (tensor
     # cores), the smaller ones ieee (FMA). valid_config keeps them inside SMEM_LIMIT.
     "FP32_BLOCK_M": [32, 64, 128, 256],
@@ -99,6 +131,7 @@ SEARCH_SPACE = {
     "FP32_NUM_STAGES": [2, 3, 4],
     "FP32_PRECISION": ["ieee", "tf32x3"],
     "FP32_B_LAYOUT": ["copy", "as_is"],
+    "FP32_VARIANT": ["pointer", "persistent"],
     "SPLIT_K": ["auto", "off"],
     "SPLIT_K_PROGRAMS": [132, 264, 528],
     "SPLIT_K_MIN_CHUNK": [512, 1024, 2048, 4096, 8192],
@@ -110,7 +143,8 @@ SEARCH_SPACE = {
 }
 
 # the tunables that switch code paths rather than sizes (the search names them in its descriptions)
-STRUCTURAL = ["VARIANT", "SPLIT_K", "FP32_PRECISION", "FP32_B_LAYOUT", "PAD_UNALIGNED"]
+STRUCTURAL = ["VARIANT", "PERSISTENT_LOOP", "TMA_DESC", "SHAPE_CONFIGS", "SPLIT_K", "FP32_PRECISION",
+              "FP32_B_LAYOUT", "FP32_VARIANT", "PAD_UNALIGNED"]
 
 DETERMINISTIC = True  # each output tile is reduced in a fixed K order (split-K partials summed in order)
 
@@ -122,6 +156,27 @@ def valid_config(cfg):
     half = (cfg["BLOCK_M"] * cfg["BLOCK_K"] + cfg["BLOCK_K"] * cfg["BLOCK_N"]) * 2 * cfg["NUM_STAGES"]
     fp32_tiles = cfg["FP32_BLOCK_M"] * cfg["FP32_BLOCK_K"] + cfg["FP32_BLOCK_K"] * cfg["FP32_BLOCK_N"]
     single = fp32_tiles * 4 * cfg["FP32_NUM_STAGES"]
+    # the persistent variant stages C in shared memory for its TMA store, EPILOGUE_SUBTILE pieces
+    # at a time; each piece's rows must be at least 16 bytes (TMA's smallest box)
+    subtile = cfg.get("EPILOGUE_SUBTILE", 1)
+    # Triton 3.6's Hopper warp specialization (checked by compiling for sm_90a) partitions only a
+    # 4-warp program (into a producer and two consumer warpgroups, 12 warps in all), needs
+    # descriptors made in the kernel (it re-blocks the C store) and fails on the subtiled epilogue
+    # (an unsupported op in its data partitioning); at 8 warps it silently does nothing, and it
+    # leaves fp32's FMA products alone (a 4-warp fp32 program then spills)
+    ws = cfg.get("PERSISTENT_LOOP") == "warp_specialize"
+    if cfg.get("VARIANT") == "persistent":
+        if cfg["BLOCK_N"] % subtile or cfg["BLOCK_N"] // subtile * 2 < 16:
+            return False
+        if ws and not (subtile == 1 and cfg.get("TMA_DESC", "device") == "device" and cfg["NUM_WARPS"] == 4):
+            return False
+        half += cfg["BLOCK_M"] * cfg["BLOCK_N"] // subtile * 2
+    if cfg.get("FP32_VARIANT") == "persistent":
+        if cfg["FP32_BLOCK_N"] % subtile or cfg["FP32_BLOCK_N"] // subtile * 4 < 16:
+            return False
+        if ws:
+            return False
+        single += cfg["FP32_BLOCK_M"] * cfg["FP32_BLOCK_N"] // subtile * 4
     if cfg["FP32_PRECISION"] == "tf32x3":
         # the hi/lo halves of each tile are computed in registers and written back to shared
         # memory for the tensor cores: two more fp32 copies of a stage, outside the pipeline
@@ -135,12 +190,18 @@ def valid_config(cfg):
 
 
 def effective_config(cfg, dtype):
-    # fp32 inputs run the FP32_* tiles, 16-bit inputs the others (TMA is 16-bit only): the search
-    # does not spend trials on tunables the kernel's dtype never reads
+    # fp32 inputs run the FP32_* tiles, 16-bit inputs the others (the "tma" variant and the
+    # per-shape table are 16-bit only); the persistent variant's own switches matter only where
+    # the dtype's variant is "persistent": the search does not spend trials on tunables the kernel
+    # never reads
     if dtype == "float32":
-        unused = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "VARIANT"]
+        unused = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "VARIANT", "SHAPE_CONFIGS"]
+        persistent = cfg.get("FP32_VARIANT") == "persistent"
     else:
         unused = [k for k in cfg if k.startswith("FP32_")]
+        persistent = cfg.get("VARIANT") == "persistent"
+    if not persistent:
+        unused += ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"]
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
@@ -238,6 +299,81 @@ def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_b_outer, 
             b = b_desc.load([k * BK, pid_n * BN])
         acc = tl.dot(a, b, acc)
     c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
+
+
+@triton.jit
+def _tile_coords(tile, num_m, per_group, GROUP: tl.constexpr):
+    # the grouped order of _matmul_tile_kernel, for a tile index instead of a program id
+    first_m = (tile // per_group) * GROUP
+    group_rows = tl.minimum(num_m - first_m, GROUP)
+    return first_m + (tile % per_group) % group_rows, (tile % per_group) // group_rows
+
+
+@triton.jit
+def _matmul_persistent_kernel(a_in, b_in, c_in, M, N, K, stride_am, stride_b_outer, stride_cm,
+                              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                              PROGRAMS: tl.constexpr, B_KMAJOR: tl.constexpr, HOST_DESC: tl.constexpr,
+                              SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
+                              PRECISION: tl.constexpr):
+    """PROGRAMS programs, one per SM; program p computes output tiles p, p + PROGRAMS, ... With
+    HOST_DESC, a_in/b_in/c_in are tensor descriptors built on the host; else pointers."""
+    start = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    tiles = num_m * num_n
+    per_group = GROUP * num_n
+    if HOST_DESC:
+        a_desc = a_in
+        b_desc = b_in
+        c_desc = c_in
+    else:
+        a_desc = tl.make_tensor_descriptor(a_in, shape=[M, K], strides=[stride_am, 1], block_shape=[BM, BK])
+        if B_KMAJOR:  # B = W.t(): describe W [N, K], both wgmma operands K-major
+            b_desc = tl.make_tensor_descriptor(b_in, shape=[N, K], strides=[stride_b_outer, 1],
+                                               block_shape=[BN, BK])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_in, shape=[K, N], strides=[stride_b_outer, 1],
+                                               block_shape=[BK, BN])
+        c_desc = tl.make_tensor_descriptor(c_in, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BM, BN // SUBTILE])
+    # The epilogue recomputes its tile's coordinates from its own counter: one value live across
+    # the flattened loop's prologue and epilogue is what Triton's pipeliner handles worst.
+    tile_c = start - PROGRAMS
+    for tile in tl.range(start, tiles, PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
+        pid_m, pid_n = _tile_coords(tile, num_m, per_group, GROUP)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([off_m, ki * BK])  # rows/cols past the edge read as zeros
+            if B_KMAJOR:
+                b = b_desc.load([off_n, ki * BK]).T
+            else:
+                b = b_desc.load([ki * BK, off_n])
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+        tile_c += PROGRAMS
+        pid_m, pid_n = _tile_coords(tile_c, num_m, per_group, GROUP)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        # Epilogue subtiling: C leaves in SUBTILE column pieces, so its shared-memory staging
+        # buffer is 1/SUBTILE of the tile. The stores are clipped at the edges.
+        if SUBTILE == 1:
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        else:
+            halves = tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            if SUBTILE == 2:
+                c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+                c_desc.store([off_m, off_n + BN // 2], right.to(c_desc.dtype))
+            else:
+                q0, q1 = tl.split(tl.permute(tl.reshape(left, (BM, 2, BN // 4)), (0, 2, 1)))
+                c_desc.store([off_m, off_n], q0.to(c_desc.dtype))
+                c_desc.store([off_m, off_n + BN // 4], q1.to(c_desc.dtype))
+                q2, q3 = tl.split(tl.permute(tl.reshape(right, (BM, 2, BN // 4)), (0, 2, 1)))
+                c_desc.store([off_m, off_n + BN // 2], q2.to(c_desc.dtype))
+                c_desc.store([off_m, off_n + 3 * (BN // 4)], q3.to(c_desc.dtype))
 
 
 @triton.jit
@@ -339,11 +475,76 @@ def _tma_scratch(size, alignment, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _config(dtype):
+def call_config(dtype, M=0, N=0, K=0):
+    """The tunables a call runs with, under their 16-bit names (fp32 inputs: the FP32_* values), plus
+    PRECISION; for 16-bit inputs with SHAPE_CONFIGS "table", PERSISTENT_SHAPES' entry for the shape
+    overrides them."""
     if dtype == torch.float32:
-        return FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
-    # 16-bit inputs: tensor cores multiply them exactly; None keeps Triton's default.
-    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, None
+        return {"BLOCK_M": FP32_BLOCK_M, "BLOCK_N": FP32_BLOCK_N, "BLOCK_K": FP32_BLOCK_K, "GROUP_M": GROUP_M,
+                "NUM_WARPS": FP32_NUM_WARPS, "NUM_STAGES": FP32_NUM_STAGES, "VARIANT": FP32_VARIANT,
+                "EPILOGUE_SUBTILE": EPILOGUE_SUBTILE, "PERSISTENT_LOOP": PERSISTENT_LOOP, "TMA_DESC": TMA_DESC,
+                "PRECISION": FP32_PRECISION}
+    # 16-bit inputs: tensor cores multiply them exactly; PRECISION None keeps Triton's default.
+    cfg = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "NUM_WARPS": NUM_WARPS,
+           "NUM_STAGES": NUM_STAGES, "VARIANT": VARIANT, "EPILOGUE_SUBTILE": EPILOGUE_SUBTILE,
+           "PERSISTENT_LOOP": PERSISTENT_LOOP, "TMA_DESC": TMA_DESC, "PRECISION": None}
+    if SHAPE_CONFIGS == "table" and PERSISTENT_SHAPES:
+        cfg.update(PERSISTENT_SHAPES.get(shape_key(M, N, K), ()))
+    return cfg
+
+
+def shape_key(M, N, K):
+    """PERSISTENT_SHAPES' key: M rounded up to a power of two (the token count varies), N and K exact."""
+    return f"{next_power_of_2(M)}x{N}x{K}"
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def persistent_programs(t):
+    """The persistent kernel's program count: the device's SMs (3 under the interpreter, so that
+    programs walk several tiles in the CPU tests)."""
+    if not t.is_cuda:
+        return 3
+    return _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+def _persistent(a, b, c, cfg):
+    """c = a @ b through the persistent TMA kernel; False (nothing launched) when TMA cannot
+    describe an operand, and the caller falls back to the pointer kernel."""
+    b_kmajor = b.stride(0) == 1 and b.stride(1) != 1
+    if not (_tma_ok(a, 1) and _tma_ok(c, 1) and (_tma_ok(b.t(), 1) if b_kmajor else _tma_ok(b, 1))):
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    bm, bn, bk, sub = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["EPILOGUE_SUBTILE"]
+    programs = persistent_programs(a)
+    if cfg["TMA_DESC"] == "host":
+        # host-built descriptors travel as kernel parameters (no global scratch, no descriptor
+        # creation in the kernel); Triton fills the TMA descriptor at each launch
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_in = TensorDescriptor(a, [M, K], [a.stride(0), 1], [bm, bk])
+        if b_kmajor:
+            b_in = TensorDescriptor(b.t(), [N, K], [b.stride(1), 1], [bn, bk])
+        else:
+            b_in = TensorDescriptor(b, [K, N], [b.stride(0), 1], [bk, bn])
+        c_in = TensorDescriptor(c, [M, N], [c.stride(0), 1], [bm, bn // sub])
+    else:
+        if a.is_cuda:
+            triton.set_allocator(_tma_scratch)
+        a_in, b_in, c_in = a, b, c
+    loop = cfg["PERSISTENT_LOOP"]
+    launch(_matmul_persistent_kernel, (min(programs, cdiv(M, bm) * cdiv(N, bn)),),
+        a_in, b_in, c_in, M, N, K, a.stride(0), b.stride(1) if b_kmajor else b.stride(0), c.stride(0),
+        BM=bm, BN=bn, BK=bk, GROUP=cfg["GROUP_M"], PROGRAMS=programs, B_KMAJOR=b_kmajor,
+        HOST_DESC=cfg["TMA_DESC"] == "host", SUBTILE=sub, FLATTEN=loop == "flatten",
+        WARP_SPEC=loop == "warp_specialize", PRECISION=cfg["PRECISION"],
+        num_warps=cfg["NUM_WARPS"], num_stages=cfg["NUM_STAGES"],
+    )
+    return True
 
 
 def kernel_fn(a, b):
@@ -358,7 +559,9 @@ def kernel_fn(a, b):
         return c.zero_()
     if N == 1:
         return _gemv(a, b, c)
-    bm, bn, bk, warps, stages, precision = _config(a.dtype)
+    cfg = call_config(a.dtype, M, N, K)
+    bm, bn, bk, group = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["GROUP_M"]
+    warps, stages, precision = cfg["NUM_WARPS"], cfg["NUM_STAGES"], cfg["PRECISION"]
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(0) == 1 and b.stride(1) != 1:
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
     a = _aligned(a, 1)
@@ -370,27 +573,29 @@ def kernel_fn(a, b):
         launch(_matmul_tile_kernel, (tiles, 1, splits),
             a, b, part, M, N, K,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1, 0, 0, 0, k_split, M * N, _load_cols(b),
-            BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
+            BM=bm, BN=bn, BK=bk, GROUP=group, EVEN_K=(K % bk == 0), PRECISION=precision,
             num_warps=warps, num_stages=stages,
         )
         launch(_sum_splits_kernel, (cdiv(M * N, 1024),), part, c, splits, M * N, N, c.stride(0), c.stride(1),
                                                         BLOCK=1024)
         return c
+    if cfg["VARIANT"] == "persistent" and _persistent(a, b, c, cfg):
+        return c
     grid = (tiles,)
-    if VARIANT == "tma" and a.dtype != torch.float32:
+    if cfg["VARIANT"] == "tma" and a.dtype != torch.float32:
         b_kmajor = b.stride(0) == 1 and b.stride(1) != 1
         if _tma_ok(a, 1) and _tma_ok(c, 1) and (_tma_ok(b.t(), 1) if b_kmajor else _tma_ok(b, 1)):
             if a.is_cuda:
                 triton.set_allocator(_tma_scratch)
             launch(_matmul_tma_kernel, grid,
                 a, b, c, M, N, K, a.stride(0), b.stride(1) if b_kmajor else b.stride(0), c.stride(0),
-                BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, B_KMAJOR=b_kmajor, num_warps=warps, num_stages=stages,
+                BM=bm, BN=bn, BK=bk, GROUP=group, B_KMAJOR=b_kmajor, num_warps=warps, num_stages=stages,
             )
             return c
     launch(_matmul_tile_kernel, grid,
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, K, 0, _load_cols(b),
-        BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
+        BM=bm, BN=bn, BK=bk, GROUP=group, EVEN_K=(K % bk == 0), PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )
     return c
@@ -409,7 +614,9 @@ def bmm(a, b):
         return c
     if K == 0:
         return c.zero_()
-    bm, bn, bk, warps, stages, precision = _config(a.dtype)
+    cfg = call_config(a.dtype)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    warps, stages, precision = cfg["NUM_WARPS"], cfg["NUM_STAGES"], cfg["PRECISION"]
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(1) == 1 and b.stride(2) != 1:
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
     grid = (cdiv(M, bm) * cdiv(N, bn), nb)

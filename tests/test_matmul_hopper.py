@@ -1,0 +1,430 @@
+"""The Hopper GEMM work of issue 20: the matmul starter's persistent variant (TMA descriptors made on
+the device or the host, flattened / warp-specialized / plain loops, epilogue subtiling, fp32 with
+exact products), its per-shape table, the fused_mlp starter's persistent gate/up (SiLU*mul
+epilogue) and down kernels, and benchmarks/gemm_hopper.py (CPU smoke run, resume, applying its
+choice). Under the interpreter (fp16 and fp32: its bf16 dots are wrong) and, without a GPU, a full
+compile of every benchmark candidate for sm_90a."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+from autokernel.declared import effective_names
+from autokernel.kernelfile import import_kernel, read_kernel_file, with_config
+from autokernel.kernels import starter_path
+from support.kernel_cases import CPU_DTYPES, HAS_CUDA, Kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+MM = Kernel("matmul")
+MLP = Kernel("fused_mlp")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("gemm_hopper_bench", ROOT / "benchmarks" / "gemm_hopper.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _load(kernel: Kernel, config: dict, tmp_path: Path, name: str = "k"):
+    """The starter with `config` written in (values may be dicts: PERSISTENT_SHAPES)."""
+    path = tmp_path / f"{kernel.name}_{name}.py"
+    path.write_text(with_config(starter_path(kernel.name, "triton").read_text(), config))
+    return import_kernel(read_kernel_file(path))
+
+
+def _spy(mod, monkeypatch, names):
+    """Records (kernel name, grid, launch keywords) of each launch of `names`, then launches."""
+    seen = []
+
+    class Spy:
+        def __init__(self, name, real):
+            self.name, self.real = name, real
+
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                seen.append((self.name, tuple(grid), kw))
+                return self.real[grid](*args, **kw)
+            return run
+
+    for name in names:
+        monkeypatch.setattr(mod, name, Spy(name, getattr(mod, name)))
+    return seen
+
+
+SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 2, "FP32_BLOCK_M": 32, "FP32_BLOCK_N": 64,
+               "FP32_BLOCK_K": 16, "SPLIT_K": "off"}
+PERSISTENT = {"VARIANT": "persistent", "FP32_VARIANT": "persistent"}
+
+
+@pytest.mark.parametrize("variant", [
+    {"PERSISTENT_LOOP": "flatten", "EPILOGUE_SUBTILE": 2, "TMA_DESC": "device"},
+    {"PERSISTENT_LOOP": "plain", "EPILOGUE_SUBTILE": 4, "TMA_DESC": "host"},
+    {"PERSISTENT_LOOP": "flatten", "EPILOGUE_SUBTILE": 1, "TMA_DESC": "host", "FP32_PRECISION": "tf32x3"},
+    # the fp32 half cannot be warp-specialized (valid_config): fp32 stays on the pointer kernel there
+    {"PERSISTENT_LOOP": "warp_specialize", "EPILOGUE_SUBTILE": 1, "TMA_DESC": "device", "NUM_WARPS": 4,
+     "FP32_VARIANT": "pointer"},
+], ids=["flatten-device-sub2", "plain-host-sub4", "flatten-host-tf32x3", "warp_specialize"])
+def test_persistent_variant_matches_the_reference(tmp_path, monkeypatch, variant):
+    """Ragged M, N and K (TMA zero-fills and clips), more tiles than programs (3 under the
+    interpreter, so each walks several in the grouped order), both B layouts, fp16 and fp32 (exact
+    ieee products by default, fp32's 1e-4 tolerance)."""
+    cfg = {**SMALL_TILES, **PERSISTENT, **variant}
+    mod = _load(MM, cfg, tmp_path)
+    assert mod.valid_config(dict(MM.kernel_file("triton").config, **cfg))
+    gen = MM.gen(41)
+    for dtype in CPU_DTYPES:
+        seen = _spy(mod, monkeypatch, ["_matmul_persistent_kernel", "_matmul_tile_kernel"])
+        for shape in ({"M": 100, "N": 72, "K": 136}, {"M": 37, "N": 200, "K": 40}):
+            a, b = MM.make(shape, dtype, gen)
+            for bb in (b, b.contiguous()):
+                MM.check(mod.kernel_fn(a, bb), (a, bb), dtype)
+        monkeypatch.undo()
+        persistent = dtype != torch.float32 or cfg["FP32_VARIANT"] == "persistent"
+        assert [name for name, _, _ in seen] == ["_matmul_persistent_kernel" if persistent
+                                                 else "_matmul_tile_kernel"] * 4
+        if not persistent:
+            continue
+        for _, grid, kw in seen:
+            assert grid == (3,) and kw["PROGRAMS"] == 3  # 8 or more tiles walked by 3 programs
+            assert kw["HOST_DESC"] == (variant["TMA_DESC"] == "host")
+            assert kw["FLATTEN"] == (variant["PERSISTENT_LOOP"] == "flatten")
+            assert kw["WARP_SPEC"] == (variant["PERSISTENT_LOOP"] == "warp_specialize")
+            assert kw["PRECISION"] == (cfg.get("FP32_PRECISION", "ieee") if dtype == torch.float32 else None)
+
+
+def test_persistent_variant_falls_back_where_tma_cannot_describe(tmp_path, monkeypatch):
+    """K = 43 in fp16: A's rows are 86 bytes apart, not 16-byte aligned, and PAD_UNALIGNED "as_is"
+    keeps them so: the pointer kernel computes it, correctly."""
+    mod = _load(MM, dict(SMALL_TILES, **PERSISTENT, PAD_UNALIGNED="as_is"), tmp_path)
+    seen = _spy(mod, monkeypatch, ["_matmul_persistent_kernel", "_matmul_tile_kernel"])
+    a, b = MM.make({"M": 50, "N": 64, "K": 43}, torch.float16, MM.gen(42))
+    MM.check(mod.kernel_fn(a, b), (a, b), torch.float16)
+    assert [name for name, _, _ in seen] == ["_matmul_tile_kernel"]
+
+
+def test_per_shape_table_overrides_the_tunables_at_its_shapes(tmp_path, monkeypatch):
+    """A PERSISTENT_SHAPES entry (M rounded up to a power of two) decides the variant and tiles at
+    its shape; other shapes, fp32, and SHAPE_CONFIGS "off" keep the module's tunables."""
+    entry = {"VARIANT": "persistent", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "NUM_WARPS": 4,
+             "NUM_STAGES": 3, "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "plain", "TMA_DESC": "host"}
+    table = {"64x72x136": entry}
+    base = dict(SMALL_TILES, PERSISTENT_SHAPES=table)
+    for shape_configs, expect in (("table", "_matmul_persistent_kernel"), ("off", "_matmul_tile_kernel")):
+        mod = _load(MM, dict(base, SHAPE_CONFIGS=shape_configs), tmp_path, shape_configs)
+        assert mod.shape_key(40, 72, 136) == "64x72x136" and mod.shape_key(64, 72, 136) == "64x72x136"
+        seen = _spy(mod, monkeypatch, ["_matmul_persistent_kernel", "_matmul_tile_kernel"])
+        gen = MM.gen(43)
+        a, b = MM.make({"M": 40, "N": 72, "K": 136}, torch.float16, gen)
+        MM.check(mod.kernel_fn(a, b), (a, b), torch.float16)
+        assert seen[-1][0] == expect
+        if expect == "_matmul_persistent_kernel":
+            kw = seen[-1][2]
+            assert (kw["BM"], kw["BN"], kw["GROUP"], kw["SUBTILE"], kw["HOST_DESC"]) == (32, 32, 4, 2, True)
+        a, b = MM.make({"M": 40, "N": 72, "K": 136}, torch.float32, gen)  # the table is 16-bit only
+        MM.check(mod.kernel_fn(a, b), (a, b), torch.float32)
+        a, b = MM.make({"M": 200, "N": 72, "K": 136}, torch.float16, gen)  # another M bucket
+        MM.check(mod.kernel_fn(a, b), (a, b), torch.float16)
+        assert [name for name, _, _ in seen[-2:]] == ["_matmul_tile_kernel"] * 2
+
+
+def test_valid_config_knows_what_triton_36_builds_on_sm90():
+    kf = MM.kernel_file("triton")
+    mod = import_kernel(kf)
+    ok = mod.valid_config
+
+    def cfg(**kw):
+        return dict(kf.config, VARIANT="persistent", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, **kw)
+
+    assert ok(cfg(NUM_WARPS=8, NUM_STAGES=4, EPILOGUE_SUBTILE=2))
+    # the C staging buffer counts: 4 stages of 128x256x64 (192 KB) + a whole 128x256 tile (64 KB)
+    assert not ok(cfg(NUM_WARPS=8, NUM_STAGES=4, EPILOGUE_SUBTILE=1))
+    assert ok(cfg(NUM_WARPS=4, NUM_STAGES=3, EPILOGUE_SUBTILE=1, PERSISTENT_LOOP="warp_specialize"))
+    for bad in ({"NUM_WARPS": 8}, {"EPILOGUE_SUBTILE": 2}, {"TMA_DESC": "host"}):
+        base = {"NUM_WARPS": 4, "NUM_STAGES": 3, "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "warp_specialize"}
+        assert not ok(cfg(**dict(base, **bad))), bad
+    assert not ok(dict(kf.config, FP32_VARIANT="persistent", PERSISTENT_LOOP="warp_specialize"))
+    assert ok(dict(kf.config, FP32_VARIANT="persistent", PERSISTENT_LOOP="flatten"))
+    narrow = dict(kf.config, VARIANT="persistent", BLOCK_N=16, EPILOGUE_SUBTILE=4)
+    assert not ok(narrow) and ok(dict(narrow, EPILOGUE_SUBTILE=1))  # TMA boxes of at least 16 bytes
+
+
+def test_the_search_samples_persistent_switches_only_where_they_run():
+    source = starter_path("matmul", "triton").read_text()
+    config = read_kernel_file(starter_path("matmul", "triton")).config
+    switches = {"EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"}
+    assert not switches & set(effective_names(source, config, "bf16"))  # VARIANT "pointer"
+    assert switches < set(effective_names(source, dict(config, VARIANT="persistent"), "bf16"))
+    assert {"SHAPE_CONFIGS", "VARIANT"} < set(effective_names(source, config, "bf16"))
+    fp32 = set(effective_names(source, config, "fp32"))
+    assert "FP32_VARIANT" in fp32 and not ({"VARIANT", "SHAPE_CONFIGS"} | switches) & fp32
+    assert switches < set(effective_names(source, dict(config, FP32_VARIANT="persistent"), "fp32"))
+
+
+@pytest.mark.parametrize("variant", [
+    {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten"},
+    {"GU_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain"},
+], ids=["both-flatten-sub2", "gate_up-plain"])
+def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch, variant):
+    """The gate/up kernel's SiLU*mul epilogue and the down projection through TMA, ragged tiles,
+    more tiles than programs; fp32 keeps the pointer kernels."""
+    cfg = dict(variant, GU_BLOCK_M=32, GU_BLOCK_N=32, GU_BLOCK_K=32, DOWN_BLOCK_M=32, DOWN_BLOCK_N=64,
+               DOWN_BLOCK_K=32, FP32_BLOCK_M=32, FP32_BLOCK_N=32, FP32_BLOCK_K=16)
+    mod = _load(MLP, cfg, tmp_path)
+    assert mod.valid_config(dict(MLP.kernel_file("triton").config, **cfg))
+    seen = _spy(mod, monkeypatch, ["_persistent_kernel", "_gate_up_kernel", "_down_kernel"])
+    gen = MLP.gen(44)
+    expect = []
+    for dtype in CPU_DTYPES:
+        args = MLP.make({"tokens": 70, "hidden": 96, "ffn": 136}, dtype, gen)
+        MLP.check(mod.kernel_fn(*args), args, dtype)
+        if dtype == torch.float32:
+            expect += ["_gate_up_kernel", "_down_kernel"]
+        else:
+            expect += ["_persistent_kernel gated",
+                       "_persistent_kernel" if variant.get("DOWN_VARIANT") == "persistent" else "_down_kernel"]
+    assert [name + (" gated" if kw.get("GATED") else "") for name, _, kw in seen] == expect
+    gate_up = next(kw for name, grid, kw in seen if kw.get("GATED"))
+    assert gate_up["PROGRAMS"] == 3 and gate_up["SUBTILE"] == variant["EPILOGUE_SUBTILE"]
+
+
+def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
+    kf = MLP.kernel_file("triton")
+    ok = import_kernel(kf).valid_config
+    down4 = dict(kf.config, DOWN_VARIANT="persistent", DOWN_BLOCK_M=128, DOWN_BLOCK_N=256, DOWN_NUM_STAGES=4)
+    assert ok(dict(down4, DOWN_VARIANT="pointer")) and ok(dict(down4, EPILOGUE_SUBTILE=2))
+    assert not ok(down4)  # 192 KB of stages + a 64 KB tile
+
+
+# ---------------------------------------------------------------- sm_90a: every benchmark candidate
+
+COMPILE_SCRIPT = r'''
+import importlib.util, json, pickle, re, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
+from triton.compiler import ASTSource
+
+out = []
+mods = {}
+for label, path, name, sig, consts, attrs, opts in pickle.load(open(sys.argv[1], "rb")):
+    if path not in mods:
+        spec = importlib.util.spec_from_file_location(f"sm90_{len(mods)}", path)
+        mods[path] = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mods[path]
+        spec.loader.exec_module(mods[path])
+    fn = getattr(mods[path], name)
+    names = list(fn.arg_names)
+    consts = dict(consts)
+    consts[(names.index("PROGRAMS"),)] = 132  # the H200's SMs (the interpreter ran 3 programs)
+    sig = {k: v.replace("fp16", "bf16") for k, v in sig.items()}  # what the model runs
+    attrs = {k: [["tt.divisibility", 16]] for k in attrs}
+    try:
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32), options=dict(opts))
+    except Exception as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        out.append({"label": label, "kernel": name, "error": lines[-1] if lines else type(e).__name__})
+        continue
+    ptx = k.asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    p = get_ptxas(90)
+    r = subprocess.run([getattr(p, "path", p), "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"],
+                       capture_output=True, text=True)
+    out.append({"label": label, "kernel": name, "ok": r.returncode == 0, "smem": k.metadata.shared,
+                "warps": k.metadata.num_warps,
+                "spill": sum(int(x) for x in re.findall(r"(\d+) bytes spill", r.stderr)),
+                "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+                "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared", ptx)),
+                "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global", ptx)),
+                "setmaxnreg": len(re.findall(r"setmaxnreg", ptx))})
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the benchmark compiles them for real")
+def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
+    """Each persistent candidate of benchmarks/gemm_hopper.py (bf16 matmul, fp32 matmul, fused MLP),
+    launched under the interpreter with its launches recorded, then compiled by Triton for sm_90a
+    and assembled by ptxas in a fresh process: so the GPU run spends no time on one that cannot
+    build. Each must fit Hopper's shared memory without spills, use wgmma (16-bit) and TMA loads and
+    stores; the warp-specialized ones must really be (a producer warpgroup: 12 warps, setmaxnreg)."""
+    from autokernel.bench.gpu_compile import record_launches
+
+    bench = _bench()
+    groups = [(MM, bench.CANDIDATES, torch.float16, {"M": 256, "N": 512, "K": 256}),
+              (MM, bench.FP32_CANDIDATES, torch.float32, {"M": 128, "N": 256, "K": 64}),
+              (MLP, bench.MLP_CANDIDATES, torch.float16, {"tokens": 256, "hidden": 256, "ffn": 256})]
+    jobs = []
+    for kernel, candidates, dtype, shape in groups:
+        for label, overrides in candidates.items():
+            if overrides is None or overrides.get("VARIANT") == "tma":
+                continue  # the committed starter and the TMA variant: compiled by the starters' tests
+            mod = import_kernel(read_kernel_file(_write(tmp_path, kernel, overrides)))
+            with record_launches() as launches:
+                mod.kernel_fn(*kernel.make(shape, dtype, kernel.gen(45)))
+            for rec in launches:
+                if "persistent" in rec.name:
+                    jobs.append((label, rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options))
+    assert len(jobs) == 9 + 2 + 5
+    (tmp_path / "jobs.pkl").write_bytes(pickle.dumps(jobs))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(tmp_path / "jobs.pkl")], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == len(jobs)
+    for r in results:
+        assert "error" not in r and r["ok"], r
+        assert r["smem"] <= 227 * 1024 and r["tma_load"] > 0 and r["tma_store"] > 0, r
+        fp32 = "ieee" in r["label"]
+        # Triton 3.9 spills ~800 bytes in the fp32 FMA product fed from TMA tiles; 3.6 (the H200's) none
+        assert r["spill"] == 0 or (fp32 and not triton.__version__.startswith("3.6")), r
+        assert (r["wgmma"] == 0) if fp32 else (r["wgmma"] > 0), r  # fp32: exact FMA products, no tensor cores
+        if "warp_specialize" in r["label"]:
+            assert r["warps"] == 12 and r["setmaxnreg"] > 0, r
+
+
+def _write(tmp_path: Path, kernel: Kernel, overrides: dict) -> Path:
+    cfg = dict(overrides, SHAPE_CONFIGS="off") if kernel is MM else overrides
+    path = tmp_path / f"{kernel.name}_{abs(hash(tuple(sorted(cfg.items()))))}.py"
+    path.write_text(with_config(starter_path(kernel.name, "triton").read_text(), cfg))
+    return path
+
+
+# ---------------------------------------------------------------- benchmarks/gemm_hopper.py
+
+
+def test_benchmark_candidates_are_valid_starter_configs():
+    bench = _bench()
+    for kernel, candidates in ((MM, bench.CANDIDATES), (MM, bench.FP32_CANDIDATES), (MLP, bench.MLP_CANDIDATES)):
+        kf = kernel.kernel_file("triton")
+        check = import_kernel(kf).valid_config
+        for label, overrides in candidates.items():
+            if overrides:
+                assert all(v in kf.search_space[k] for k, v in overrides.items()), label
+                assert check(dict(kf.config, **overrides)), label
+    assert len(bench.CANDIDATES) <= 12
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU smoke run")
+def test_benchmark_small_run_resumes_records_failures_and_its_choice_applies(tmp_path, monkeypatch, capsys):
+    bench = _bench()
+    # one candidate that cannot build: recorded with its reason, the run goes on
+    monkeypatch.setitem(bench.CANDIDATES, "broken", {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128,
+                                                     "NUM_STAGES": 5})
+    out = {k: tmp_path / f"{k}" for k in ("r.md", "c.json", "p.jsonl")}
+    argv = ["--small", "--results", str(out["r.md"]), "--configs-out", str(out["c.json"]),
+            "--progress", str(out["p.jsonl"])]
+    assert bench.main(argv) == 0
+    rows = [json.loads(line) for line in out["p.jsonl"].read_text().splitlines()]
+    gemm = [r for r in rows if r["section"] == "gemm"]
+    assert len(gemm) == len(bench.SMALL) * (len(bench.CANDIDATES) + 1)  # + cuBLAS
+    broken = [r for r in gemm if r["name"] == "broken"]
+    assert all(r["ms"] is None and "valid_config rejects" in r["error"] for r in broken)
+    assert all(r["ms"] and r["ms"] > 0 for r in gemm if r["name"] != "broken")  # every other one correct
+    assert {r["section"] for r in rows} == {"gemm", "mlp", "fp32"}
+    assert all(r["ms"] for r in rows if r["section"] != "gemm"), [r for r in rows if not r["ms"]]
+    report = out["r.md"].read_text()
+    assert "| broken | err | err |" in report and "broken at 64x96x128: ValueError: valid_config rejects" in report
+    configs = json.loads(out["c.json"].read_text())
+    for label in configs["chosen"]:
+        m, n, k = (int(v) for v in label.split("x"))
+        timed = {r["name"]: r["ms"] for r in gemm if r["shape"] == label and r["ms"] and r["name"] != "cuBLAS"}
+        assert configs["chosen"][label] == min(timed, key=timed.get)
+    assert set(configs["PERSISTENT_SHAPES"]) == {"64x96x128", "64x136x72"}
+
+    # a second run with the same progress file measures nothing again
+    capsys.readouterr()
+    assert bench.main(argv) == 0
+    assert len(out["p.jsonl"].read_text().splitlines()) == len(rows)
+    assert " ms\n" not in capsys.readouterr().out.split("###")[0]
+
+    # the choice, written into a copy of the starter, is what the starter then runs at that shape
+    starter = tmp_path / "matmul_starter.py"
+    starter.write_text(starter_path("matmul", "triton").read_text())
+    assert bench.main(["--apply", str(out["c.json"]), "--starter", str(starter)]) == 0
+    mod = import_kernel(read_kernel_file(starter))
+    assert mod.PERSISTENT_SHAPES == configs["PERSISTENT_SHAPES"]
+    assert bench.format_table(mod.PERSISTENT_SHAPES) in starter.read_text()
+    seen = _spy(mod, monkeypatch, ["_matmul_persistent_kernel", "_matmul_tile_kernel", "_matmul_tma_kernel"])
+    a, b = MM.make({"M": 40, "N": 136, "K": 72}, torch.float16, MM.gen(46))
+    MM.check(mod.kernel_fn(a, b), (a, b), torch.float16)
+    entry = configs["PERSISTENT_SHAPES"]["64x136x72"]
+    expect = {"persistent": "_matmul_persistent_kernel", "tma": "_matmul_tma_kernel"}.get(entry["VARIANT"],
+                                                                                       "_matmul_tile_kernel")
+    assert seen[-1][0] == expect and seen[-1][2]["BM"] == entry["BLOCK_M"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_CUDA, reason="checks the plumbing with a worker that fails for want of a GPU")
+def test_compile_worker_results_reach_the_progress_file(tmp_path):
+    """The torch.compile step runs in a subprocess whose per-item results (here: errors, there is no
+    GPU) land in the progress file as they come; with too little time left it starts nothing."""
+    bench = _bench()
+    progress = bench.Progress(tmp_path / "p.jsonl")
+    assert bench.compile_section(progress, bench.Clock(20), ["mlp", "64x64x64"]) == ["mlp", "64x64x64"]
+    assert not progress.rows
+    assert bench.compile_section(progress, bench.Clock(300), ["mlp", "64x64x64"]) == []
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [(r["section"], r["shape"], r["name"]) for r in rows] == [
+        ("mlp", "2048x4096x11008", "torch.compile"), ("gemm", "64x64x64", "torch.compile")]
+    assert all(r["ms"] is None and r["error"] for r in rows)
+
+
+def test_apply_refuses_entries_the_starter_cannot_run(tmp_path):
+    bench = _bench()
+    starter = tmp_path / "matmul_starter.py"
+    original = starter_path("matmul", "triton").read_text()
+    starter.write_text(original)
+    good = {"VARIANT": "persistent", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8,
+            "NUM_STAGES": 3, "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten", "TMA_DESC": "device"}
+    for key, entry, why in (("2048x4096x4096", dict(good, NUM_WARPS=6), "outside the starter's SEARCH_SPACE"),
+                            ("2048x4096x4096", dict(good, PERSISTENT_LOOP="warp_specialize"), "valid_config"),
+                            ("2000x4096x4096", good, "power of two"),
+                            ("2048x4096x4096", dict(good, EXTRA=1), "keys")):
+        with pytest.raises(ValueError, match=why):
+            bench.apply_configs({"PERSISTENT_SHAPES": {key: entry}}, starter)
+        assert starter.read_text() == original  # nothing written
+    assert bench.main(["--apply", str(tmp_path / "missing.json"), "--starter", str(starter)]) == 1
+
+
+# ---------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("label", ["persistent 128x256 w8 s3 sub2 flatten", "persistent 128x256 w8 s4 sub2 flatten host",
+                                   "persistent 128x256 w8 s3 sub2 plain", "persistent 128x256 w4 s3 warp_specialize"])
+@pytest.mark.parametrize("shape", [{"M": 2048, "N": 4096, "K": 4096}, {"M": 300, "N": 1000, "K": 520}],
+                         ids=MM.spec.shape_label)
+def test_persistent_candidates_on_the_gpu(tmp_path, label, shape):
+    mod = import_kernel(read_kernel_file(_write(tmp_path, MM, _bench().CANDIDATES[label])))
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = MM.make(shape, dtype, MM.gen(47, "cuda"), device="cuda")
+        for bb in (b, b.contiguous()):
+            MM.check(mod.kernel_fn(a, bb), (a, bb), dtype)
+
+
+@pytest.mark.gpu
+def test_fp32_persistent_is_exact_on_the_gpu(tmp_path):
+    """fp32 through the persistent variant at KernelBench's 1e-4 against float64."""
+    for label, overrides in _bench().FP32_CANDIDATES.items():
+        if overrides:
+            mod = import_kernel(read_kernel_file(_write(tmp_path, MM, overrides)))
+            a, b = MM.make({"M": 1024, "N": 1000, "K": 2048}, torch.float32, MM.gen(48, "cuda"), device="cuda")
+            MM.check(mod.kernel_fn(a, b), (a, b), torch.float32)
+
