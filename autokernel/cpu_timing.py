@@ -11,7 +11,7 @@ machine; they say nothing about GPU speed, and every place that shows them says 
 The loop's candidate timing: the bench reports no timings without a GPU (interpreter timings are
 not GPU timings). So that the loop still works end to end on a CPU machine (tests, the CPU main
 job), a correct candidate is timed here by wall clock under the Triton interpreter, in its own
-subprocess with the bench's key-stripped environment; results carry gpu_timing=False and
+subprocess with the bench's key-stripped environment, in the bench's sandbox (bench/sandbox.py); results carry gpu_timing=False and
 extra["timing"] says what they are.
 """
 
@@ -108,19 +108,18 @@ def cpu_wallclock(source: str, *, kernel_type: str, shapes=None, weights=None, d
                   timeout_s: float = 300.0) -> dict[str, Any]:
     import subprocess
     import sys
-    from pathlib import Path
 
     from autokernel.bench.isolation import clean_env, describe_exit, kill_group
+    from autokernel.bench.sandbox import sandboxed
 
     env = clean_env()
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TRITON_INTERPRET", "1")
     env.update({name: str(CPU_THREADS) for name in THREAD_ENV})
     req = {"source": source, "kernel_type": kernel_type, "shapes": shapes, "weights": weights, "dtype": dtype}
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from autokernel.cpu_timing import cpu_time_child; "
-                             "sys.exit(cpu_time_child())"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    argv, env, _iso = sandboxed([sys.executable, "-c", "import sys; from autokernel.cpu_timing import cpu_time_child; "
+                                 "sys.exit(cpu_time_child())"], env)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)
     try:
         out, err = proc.communicate(json.dumps(req).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:

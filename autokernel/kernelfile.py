@@ -104,11 +104,11 @@ _counter = itertools.count()
 def import_kernel(kf: KernelFile, cache_dir: Path | None = None) -> ModuleType:
     """Execute the file as a fresh module. Triton's @jit needs real source lines, so the module is
     loaded from a file (the original, or a copy named by content hash under `cache_dir`, by default
-    the AutoKernel home's cache)."""
+    the AutoKernel cache, config.cache_dir())."""
     path = kf.path
     if path is None or not path.exists() or path.read_text() != kf.source:
-        from autokernel.config import resolve_home
-        cache = Path(cache_dir) if cache_dir is not None else resolve_home().cache / "kernel_sources"
+        from autokernel.config import cache_dir as default_cache
+        cache = Path(cache_dir) if cache_dir is not None else default_cache() / "kernel_sources"
         cache.mkdir(parents=True, exist_ok=True)
         path = cache / f"k_{kf.source_hash}.py"
         if not path.exists():

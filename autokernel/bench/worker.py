@@ -36,7 +36,9 @@ def serve(handlers: dict[str, Handler]) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from autokernel.bench import judge
 
-    send({"ready": True, **judge.environment()})
+    from autokernel.bench.sandbox import isolation_here
+
+    send({"ready": True, "isolation": isolation_here(), **judge.environment()})
     for line in sys.stdin:
         if not line.strip():
             continue
