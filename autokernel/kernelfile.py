@@ -42,6 +42,7 @@ class KernelFile:
     search_space: dict[str, list[Any]]
     config: dict[str, Any]  # current values of the tunables named in the search space
     deterministic: bool = True
+    nondeterminism_reason: str = ""  # required when deterministic is False
 
     @property
     def source_hash(self) -> str:
@@ -84,9 +85,15 @@ def parse_source(source: str, path: Path | None = None) -> KernelFile:
         if name not in consts:
             raise KernelFileError(f"{where}: tunable {name} is in SEARCH_SPACE but not a module-level literal")
         config[name] = consts[name]
+    deterministic = bool(consts.get("DETERMINISTIC", True))
+    reason = consts.get("NONDETERMINISM_REASON", "")
+    if not deterministic and not (isinstance(reason, str) and reason.strip()):
+        # the determinism stage is skipped only for a stated reason (atomics, split reductions...)
+        raise KernelFileError(f"{where}: DETERMINISTIC = False needs NONDETERMINISM_REASON = \"...\" saying why two "
+                              "runs on the same inputs may differ")
     return KernelFile(path=path, source=source, kernel_type=consts["KERNEL_TYPE"], backend=consts["BACKEND"],
                       search_space={k: list(v) for k, v in space.items()}, config=config,
-                      deterministic=bool(consts.get("DETERMINISTIC", True)))
+                      deterministic=deterministic, nondeterminism_reason=reason.strip() if not deterministic else "")
 
 
 def read_kernel_file(path: str | Path) -> KernelFile:

@@ -20,7 +20,8 @@ import torch
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure, make_inputs
 from autokernel.bench.gpu_compile import compile_stage, record_launches
-from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, short_name
+from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, is_foreign, short_name
+from autokernel.bench.share import MAX_SHARE, cpu_share, gpu_share, share_reason
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
@@ -116,31 +117,38 @@ def exception_detail(exc: BaseException, outcome: str) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _snapshot_bench() -> dict:
-    """The judge's own functions as loaded. Candidate code runs in this process, so a file that
-    patches the bench (say checks.compare -> no-op) must be caught: compared after every stage."""
-    import types
-
-    from autokernel.bench import checks, launches, stages
-
-    snap = {}
-    for mod in (checks, launches, stages, sys.modules[__name__]):
-        for k, v in vars(mod).items():
-            if isinstance(v, (types.FunctionType, type)) and not k.startswith("__"):
-                snap[(mod.__name__, k)] = v
-    for k in ("equal", "isfinite", "isnan", "allclose", "nonzero", "where"):
-        snap[("torch", k)] = getattr(torch, k)
-    return snap
+class Tampered(Exception):
+    """After a call of the candidate, something the judge trusts is not as it was."""
 
 
-_INTEGRITY: dict = {}
+_snapshots: list = []  # the worker's integrity snapshot, taken before the first candidate is imported
 
 
-def _tampered() -> str | None:
-    for (mod, k), v in _INTEGRITY.items():
-        if getattr(sys.modules[mod], k, None) is not v:
-            return f"{mod}.{k}"
-    return None
+def _integrity():
+    """The snapshot of everything the judge trusts (integrity.py), taken once per worker."""
+    if not _snapshots:
+        from autokernel.bench import gpu_compile, outputs, share, stages, timing  # noqa: F401  (in the snapshot)
+        from autokernel.bench.integrity import judge_snapshot
+        from autokernel.kernels import KERNEL_TYPES, get_spec
+
+        _snapshots.append(judge_snapshot(specs=[get_spec(t) for t in KERNEL_TYPES]))
+    return _snapshots[0]
+
+
+def verify_integrity() -> None:
+    """Raise Tampered naming what changed since the snapshot."""
+    changed = _integrity().changed()
+    if changed:
+        raise Tampered(f"the candidate modified the bench itself ({changed})")
+
+
+def library_reason(launches, spec, on_gpu: bool, max_share: float = MAX_SHARE) -> str | None:
+    """Why the candidate is a library call by its work's share (share.py), or None."""
+    if on_gpu:
+        share, what = gpu_share(launches.gpu_times, lambda n: is_foreign(n, spec.library_kernel_patterns))
+    else:
+        share, what = cpu_share(launches.meter)
+    return share_reason(share, what, on_gpu, max_share)
 
 
 def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
@@ -173,9 +181,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
-    if not _INTEGRITY:
-        _INTEGRITY.update(_snapshot_bench())
-    elif _tampered():  # a previous candidate got past the check: never judge in a tampered process
+    if _integrity().changed():  # a previous candidate got past the check: never judge in a tampered process
         return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
     old = signal.signal(signal.SIGALRM, _alarm)
     stage = "load"
@@ -187,9 +193,11 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
         _disarm()
+        verify_integrity()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
-                           module_name=mod.__name__)
+                           module_name=mod.__name__, nondeterminism_reason=kf.nondeterminism_reason,
+                           verify=verify_integrity)
         # on the CPU the interpreter runs what the GPU compiler may reject: record the launches the
         # stages make and, once they pass, lower them to Triton IR for sm_90 (gpu_compile.py)
         if req.get("gpu_compile") and not cuda and req["backend"] == "triton":
@@ -204,20 +212,16 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                 verdict = StageVerdict(name, "fail", str(exc))
             _disarm()
             res.stages.append(verdict)
-            changed = _tampered()
-            if changed:
-                res.outcome, res.error = CHEAT, f"the candidate modified the bench itself ({changed})"
-                return {"result": res.to_dict(), "restart": True}
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
                 lib = sorted({short_name(n) for n in ctx.launches.gpu_kernels
                               if any(pat in n for pat in spec.library_kernel_patterns)})
                 if lib:  # allowed next to its own kernels (e.g. a copy), but shown for review
                     res.extra["library_kernels"] = lib[:10]
-                why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda)
-                if verdict.status == "pass" and why:
-                    res.outcome, res.error = CHEAT, why
-                    return {"result": res.to_dict(), "restart": False}
+            why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda) or library_reason(ctx.launches, spec, cuda)
+            if verdict.status == "pass" and why:
+                res.outcome, res.error = CHEAT, why
+                return {"result": res.to_dict(), "restart": False}
             if verdict.status == "fail":
                 res.outcome, res.error = INCORRECT, f"{name}: {verdict.detail}"
                 return {"result": res.to_dict(), "restart": False}
@@ -232,6 +236,10 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             _disarm()
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
+    except Tampered as exc:  # never judge again in this process
+        _disarm()
+        res.outcome, res.error = CHEAT, str(exc)
+        return {"result": res.to_dict(), "restart": True}
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
         _disarm()
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):

@@ -1,0 +1,184 @@
+"""What the judge trusts, snapshotted before any candidate runs and compared after every call.
+
+Candidate code runs in the judge's process, so it can reach everything there: rebind a judge
+function (checks.compare -> a no-op), rewrite a spec's reference through gc or sys.modules (its
+function, the function's __code__, its tolerance table), patch a torch function both sides call
+(torch.Tensor.sum), register a Python kernel for an aten op (torch.library), install a torch
+function or dispatch mode, or patch torch.cuda.Event so that timings shrink. A snapshot records,
+by identity, every module-level name of the judge's modules and of the modules the references and
+the timing use (torch, torch.Tensor, torch.nn.functional, torch.cuda and its Event/Stream, nn
+modules' methods, builtins), each function's code, defaults and closure cells, the spec objects'
+fields with copies of their plain data, torch.library's registered Python kernels and the active
+torch modes; `changed()` names the first thing that differs.
+
+Limits: a candidate can still defeat an in-process check with ctypes or by editing the snapshot
+itself; the reference is therefore never computed while the candidate runs (checks.py), and the
+candidate has no secrets or network to gain by it (sandbox.py).
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import sys
+import types
+from typing import Any, Iterable
+
+_DATA = (dict, list, set, tuple)
+_MISSING = object()
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str, bytes, type(None))) or (
+        isinstance(value, _DATA) and all(_plain(v) for v in (value.values() if isinstance(value, dict) else value)))
+
+
+class Snapshot:
+    """A list of (label, getter, expected) where the getter reads the live value."""
+
+    def __init__(self):
+        self._names: list[tuple[str, dict, str, Any]] = []  # label, namespace, key, object
+        self._funcs: list[tuple[str, Any, Any, Any, Any, tuple]] = []  # label, fn, code, defaults, kwdefaults, cells
+        self._data: list[tuple[str, Any, Any]] = []  # label, live container, deep copy
+        self._probes: list[tuple[str, Any, Any]] = []  # label, callable, its value now
+        self._seen_funcs: set[int] = set()
+
+    # -- recording -----------------------------------------------------------------------------------
+
+    def function(self, label: str, fn: Any) -> None:
+        fn = getattr(fn, "__func__", fn)  # methods: their function
+        if not isinstance(fn, types.FunctionType) or id(fn) in self._seen_funcs:
+            return
+        self._seen_funcs.add(id(fn))
+        cells = tuple(c.cell_contents if _cell_full(c) else _MISSING for c in (fn.__closure__ or ()))
+        self._funcs.append((label, fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells))
+
+    def namespace(self, label: str, ns: dict, *, deep: bool = True, constants_only: bool = True) -> None:
+        """Every non-dunder name of a module or class dict, by identity; functions in it with
+        their code; with `deep`, classes defined there with their own dicts. Plain values are
+        state when lower-case (a flag, a cache) and only UPPER_CASE ones are recorded, with a copy
+        of their contents, unless `constants_only` is off (a spec's fields are all fixed)."""
+        for key, value in list(ns.items()):
+            if key.startswith("__") and key.endswith("__") and key not in ("__call__", "__torch_function__"):
+                continue
+            constant = not constants_only or key.isupper()
+            if (_plain(value) or isinstance(value, _DATA)) and not constant:
+                continue
+            self._names.append((f"{label}.{key}", ns, key, value))
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, property):
+                for part in (value.fget, value.fset):
+                    self.function(f"{label}.{key}", part)
+            self.function(f"{label}.{key}", value)
+            if isinstance(value, _DATA) and _plain(value):
+                self._data.append((f"{label}.{key}", value, copy.deepcopy(value)))
+            if deep and isinstance(value, type) and value.__module__ == ns.get("__name__", None):
+                self.namespace(f"{label}.{key}", vars(value), deep=False)
+
+    def module(self, mod: types.ModuleType, label: str | None = None, *, deep: bool = True) -> None:
+        label = label or mod.__name__
+        self._names.append((f"sys.modules[{mod.__name__!r}]", sys.modules, mod.__name__, mod))
+        self.namespace(label, vars(mod), deep=deep)
+
+    def cls(self, klass: type, label: str | None = None) -> None:
+        self.namespace(label or f"{klass.__module__}.{klass.__qualname__}", vars(klass), deep=False)
+
+    def obj(self, label: str, obj: Any) -> None:
+        """An instance's attributes (a spec: its reference, make_inputs, tolerance tables)."""
+        self.namespace(label, vars(obj), deep=False, constants_only=False)
+
+    def probe(self, label: str, fn) -> None:
+        """A value the snapshot reads through a function (e.g. the torch.library registrations)."""
+        self._probes.append((label, fn, fn()))
+
+    # -- checking ------------------------------------------------------------------------------------
+
+    def changed(self) -> str | None:
+        """The first recorded thing that is no longer as it was, or None."""
+        for label, ns, key, value in self._names:
+            if ns.get(key, _MISSING) is not value:
+                return label
+        for label, fn, code, defaults, kwdefaults, cells in self._funcs:
+            if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+                return f"{label} (its code)"
+            for c, v in zip(fn.__closure__ or (), cells):
+                if (c.cell_contents if _cell_full(c) else _MISSING) is not v:
+                    return f"{label} (a closure variable)"
+        for label, live, saved in self._data:
+            if live != saved:
+                return f"{label} (its contents)"
+        for label, fn, value in self._probes:
+            if fn() != value:
+                return label
+        return None
+
+    def __len__(self) -> int:
+        return len(self._names) + len(self._funcs) + len(self._data) + len(self._probes)
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def _library_impls():
+    import torch.library
+
+    return frozenset(getattr(torch.library, "_impls", ()))
+
+
+def _modes():
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return torch._C._len_torch_function_stack(), len(_get_current_dispatch_mode_stack())
+
+
+def _torch_parts() -> Iterable[tuple[str, Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    yield "torch", torch
+    yield "torch.nn.functional", F
+    for name in ("linalg", "fft", "special", "cuda", "profiler", "autograd", "random"):
+        sub = getattr(torch, name, None)
+        if isinstance(sub, types.ModuleType):
+            yield f"torch.{name}", sub
+
+
+def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterable[Any] = ()) -> Snapshot:
+    """The snapshot every judge takes before it imports a candidate: its own modules (every loaded
+    autokernel.bench / autokernel.kb / autokernel.kernels module, kernelfile), `extra_modules`,
+    the spec objects, torch's namespaces, classes and timing entry points, builtins."""
+    import torch
+    import torch.nn as nn
+
+    snap = Snapshot()
+    for name, mod in sorted(sys.modules.items()):
+        if mod is not None and (name.startswith(("autokernel.bench", "autokernel.kb", "autokernel.kernels"))
+                                or name in ("autokernel.kernelfile", "autokernel.errors")):
+            snap.module(mod)
+    for mod in extra_modules:
+        snap.module(mod)
+    for spec in specs:
+        snap.obj(f"spec {spec.name}", spec)
+    for label, mod in _torch_parts():
+        snap.module(mod, label, deep=False)
+    for klass in (torch.Tensor, torch._C.TensorBase, torch.Generator, nn.Module):
+        snap.cls(klass)
+    for name in ("Event", "Stream", "ExternalStream"):
+        klass = getattr(torch.cuda, name, None)
+        if isinstance(klass, type):
+            snap.cls(klass, f"torch.cuda.{name}")
+    for name in dir(nn):  # the layers a KernelBench reference is built from
+        klass = getattr(nn, name)
+        if isinstance(klass, type) and issubclass(klass, nn.Module):
+            snap.cls(klass, f"torch.nn.{name}")
+    snap.namespace("builtins", vars(builtins), deep=False)
+    snap.probe("torch.library registrations (a Python kernel for an op)", _library_impls)
+    snap.probe("the active torch function / dispatch modes", _modes)
+    return snap
