@@ -1,16 +1,17 @@
 """Inside the worker: judge one candidate end to end and turn every failure into an outcome.
 
 Order: load (compile errors) -> five stages, each under its own alarm (stop at the first
-failure) -> anti-cheat on the launches seen -> GPU timing of the candidate, eager and
-torch.compile at the timed shapes -> roofline against the measured ceilings. On a CPU, when asked
-(`gpu_compile`), the launches the stages made are compiled for sm_90 instead of timed.
+failure) -> anti-cheat on the launches seen after each stage (its own kernels at all, and the
+library's share of the work) -> GPU timing of the candidate, eager and torch.compile at the timed
+shapes (time_candidate.py) -> roofline against the measured ceilings. On a CPU, when asked
+(`gpu_compile`), the launches the stages made are compiled for sm_90 instead of timed. After
+every call of the candidate the integrity snapshot (integrity.py) is compared: a candidate that
+changed anything the judge trusts is a cheat, and the worker restarts.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from autokernel.bench import ceilings as ceil_mod
-from autokernel.bench.checks import CheckFailure, make_inputs
+from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, is_foreign, short_name
 from autokernel.bench.share import MAX_SHARE, cpu_share, gpu_share, share_reason
@@ -27,7 +28,7 @@ from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INC
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
-from autokernel.kernels.spec import dtype_name, to_dtype
+from autokernel.kernels.spec import dtype_name
 
 # Share of the candidate's time limit each stage may use at most (what is left bounds it too);
 # smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
@@ -127,7 +128,7 @@ _snapshots: list = []  # the worker's integrity snapshot, taken before the first
 def _integrity():
     """The snapshot of everything the judge trusts (integrity.py), taken once per worker."""
     if not _snapshots:
-        from autokernel.bench import gpu_compile, outputs, share, stages, timing  # noqa: F401  (in the snapshot)
+        from autokernel.bench import gpu_compile, outputs, stages, time_candidate, timing  # noqa: F401 (snapshotted)
         from autokernel.bench.integrity import judge_snapshot
         from autokernel.kernels import KERNEL_TYPES, get_spec
 
@@ -232,8 +233,13 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         stage = "timing"
         res.outcome = CORRECT
         if cuda:
-            _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req, deadline, notify)
+            from autokernel.bench.time_candidate import time_all
+
+            why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline, notify)
             _disarm()
+            if why:  # what it returned while timed was wrong, or work ran outside the timed stream
+                res.outcome, res.error = CHEAT, f"timing: {why}"
+                return {"result": res.to_dict(), "restart": False}
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
     except Tampered as exc:  # never judge again in this process
@@ -268,86 +274,3 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             except Exception:
                 restart = True
     return {"result": res.to_dict(), "restart": restart}
-
-
-def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str, req: dict,
-              deadline: float, notify=_no_notify) -> None:
-    """Time the candidate against its own deadline; the baselines (torch.compile can take a while
-    on a cold cache) and the ceilings run on BASELINE_S of their own, which the parent adds."""
-    from autokernel.bench import timing
-
-    bench_time = [0.0]  # seconds spent on the bench's own work: added to the candidate's deadline
-
-    def bench_work(fn_, *a):
-        t0 = time.monotonic()
-        notify({"extend_s": BASELINE_S})  # the parent's hard limit moves with this clock
-        _arm(BASELINE_S)
-        try:
-            return fn_(*a)
-        finally:
-            _disarm()
-            spent = time.monotonic() - t0
-            bench_time[0] += spent
-            notify({"extend_s": spent - BASELINE_S})
-
-    def candidate_clock() -> None:
-        _arm(max(1.0, deadline + bench_time[0] - time.monotonic() - 0.5))
-
-    ceilings = req.get("ceilings") or bench_work(ceil_mod.ceilings_here)
-    candidate_clock()
-    dtype = to_dtype(dt)
-    per_shape = []
-    lat = eager = comp = wall_total = 0.0
-    have_eager = have_comp = bool(req.get("baselines", True))
-    flops = nbytes = 0.0
-    vram = 0.0
-    for shape, w in zip(shapes, weights):
-        args = make_inputs(spec, shape, dtype, device, int.from_bytes(os.urandom(3), "little"))
-        t = timing.time_call(fn, args, device)
-        e = c = None
-        if req.get("baselines", True):
-            try:
-                e, c = bench_work(timing.baseline_times, spec, shape, dtype, args, device)
-            except StageTimeout:
-                res.extra["baseline_error"] = f"baselines exceeded {BASELINE_S} s"
-            candidate_clock()
-            if e and t["median_us"] * FLAG_SPEEDUP < e:
-                # Too good to be true: time again (more repetitions) before reporting; still over
-                # 10x -> flagged for review, never trusted silently.
-                t = timing.time_call(fn, args, device, min_reps=200)
-                res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
-        vram = max(vram, timing.peak_vram_mb(fn, args))
-        wall = timing.wall_call(fn, args)
-        ew = bench_work(timing.eager_wall, spec, shape, dtype, args) if req.get("baselines", True) else None
-        candidate_clock()
-        per_shape.append({"shape": shape, "dtype": dt, "weight": w, "latency_us": t["median_us"],
-                          "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall, "eager_us": e,
-                          "eager_wall_us": ew, "compile_us": c})
-        wall_total += w * wall
-        lat += w * t["median_us"]
-        res.latency_iqr_us = (res.latency_iqr_us or 0.0) + w * t["iqr_us"]
-        flops += w * spec.flops(shape, dtype)
-        nbytes += w * spec.bytes(shape, dtype)
-        if e is None:
-            have_eager = False
-        else:
-            eager += w * e
-        if c is None:
-            have_comp = False
-        else:
-            comp += w * c
-        del args
-    res.gpu_timing = True
-    res.latency_us = lat
-    res.wall_us = wall_total
-    res.eager_us = eager if have_eager else None
-    res.compile_us = comp if have_comp else None
-    res.speedup_vs_eager = eager / lat if have_eager and lat > 0 else None
-    res.speedup_vs_compile = comp / lat if have_comp and lat > 0 else None
-    res.tflops = flops / (lat * 1e-6) / 1e12 if lat > 0 else None
-    res.gbps = nbytes / (lat * 1e-6) / 1e9 if lat > 0 else None
-    res.peak_vram_mb = vram
-    res.pct_peak, res.bound = ceil_mod.pct_of_ceiling(ceilings, spec.compute_bound, dt, res.tflops, res.gbps)
-    res.extra.update(per_shape=per_shape, compile_mode=timing.COMPILE_MODE,
-                     ceilings={k: ceilings.get(k) for k in ("copy_gbps", "matmul_tflops_fp32", "matmul_tflops_fp16",
-                                                            "matmul_tflops_bf16")})

@@ -28,9 +28,9 @@ def unchanged(t: torch.Tensor, saved: torch.Tensor) -> bool:
     return torch.equal(_bytes(t), saved)
 
 
-def _storage(t: torch.Tensor) -> tuple[int, int]:
-    st = t.untyped_storage()
-    return st.data_ptr(), st.data_ptr() + st.nbytes()
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    return sa.data_ptr() < sb.data_ptr() + sb.nbytes() and sb.data_ptr() < sa.data_ptr() + sa.nbytes()
 
 
 class OutputLedger:
@@ -46,17 +46,25 @@ class OutputLedger:
         for label, old, _ in self._kept:
             if not old.numel():
                 continue
-            lo, hi = _storage(old)
             for i, o in enumerate(new):
-                if isinstance(o, torch.Tensor) and o.numel():
-                    nlo, nhi = _storage(o)
-                    if nlo < hi and lo < nhi:
-                        raise CheckFailure(f"output {i} reuses the memory of an output it returned before "
+                if isinstance(o, torch.Tensor) and o.numel() and _overlap(o, old):
+                    raise CheckFailure(f"output {i} reuses the memory of an output it returned before "
                                            f"({label}): earlier results would be overwritten")
         for label, old, saved in self._kept:
             if not unchanged(old, saved):
                 raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
                                    "memory that it overwrites)")
+
+    def verify_kept(self) -> None:
+        """The kept outputs among themselves: none changed since accepted, no two share memory."""
+        for j, (label, out, saved) in enumerate(self._kept):
+            if not unchanged(out, saved):
+                raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
+                                   "memory that it overwrites)")
+            for other_label, other, _ in self._kept[:j]:
+                if out.numel() and other.numel() and _overlap(out, other):
+                    raise CheckFailure(f"{label} reuses the memory of {other_label}: earlier results would be "
+                                       "overwritten")
 
     def accept(self, label: str, outs: Sequence[torch.Tensor]) -> None:
         for i, o in enumerate(outs):
