@@ -97,7 +97,8 @@ class Snapshot:
     def changed(self) -> str | None:
         """The first recorded thing that is no longer as it was, or None."""
         for label, ns, key, value in self._names:
-            if ns.get(key, _MISSING) is not value:
+            now = ns.get(key, _MISSING)
+            if now is not value and not _dynamo_wrapper(now, value):
                 return label
         for label, fn, code, defaults, kwdefaults, cells in self._funcs:
             if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
@@ -117,6 +118,19 @@ class Snapshot:
         return len(self._names) + len(self._funcs) + len(self._data) + len(self._probes)
 
 
+_dynamo_code: list = []
+
+
+def _dynamo_wrapper(now: Any, was: Any) -> bool:
+    """Importing torch._dynamo (transformers does) rebinds torch.manual_seed to
+    torch._disable_dynamo(torch.manual_seed): that wrapper of the same function is no change."""
+    if not _dynamo_code:
+        import torch
+
+        _dynamo_code.append(torch._disable_dynamo(lambda: None).__code__)
+    return getattr(now, "__wrapped__", None) is was and getattr(now, "__code__", None) is _dynamo_code[0]
+
+
 def _cell_full(cell) -> bool:
     try:
         cell.cell_contents
@@ -126,9 +140,12 @@ def _cell_full(cell) -> bool:
 
 
 def _library_impls():
+    """Python kernels registered for aten ops (a Meta kernel computes shapes only; torch's own
+    imports register kernels for other namespaces)."""
     import torch.library
 
-    return frozenset(getattr(torch.library, "_impls", ()))
+    return frozenset(k for k in getattr(torch.library, "_impls", ()) if k.startswith("aten/")
+                     and not k.endswith("/Meta"))
 
 
 def _modes():
@@ -179,6 +196,6 @@ def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterab
         if isinstance(klass, type) and issubclass(klass, nn.Module):
             snap.cls(klass, f"torch.nn.{name}")
     snap.namespace("builtins", vars(builtins), deep=False)
-    snap.probe("torch.library registrations (a Python kernel for an op)", _library_impls)
+    snap.probe("torch.library registrations (a Python kernel for an aten op)", _library_impls)
     snap.probe("the active torch function / dispatch modes", _modes)
     return snap

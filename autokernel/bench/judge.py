@@ -21,8 +21,7 @@ import torch
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
-from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, is_foreign, short_name
-from autokernel.bench.share import MAX_SHARE, cpu_share, gpu_share, share_reason
+from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
@@ -143,15 +142,6 @@ def verify_integrity() -> None:
         raise Tampered(f"the candidate modified the bench itself ({changed})")
 
 
-def library_reason(launches, spec, on_gpu: bool, max_share: float = MAX_SHARE) -> str | None:
-    """Why the candidate is a library call by its work's share (share.py), or None."""
-    if on_gpu:
-        share, what = gpu_share(launches.gpu_times, lambda n: is_foreign(n, spec.library_kernel_patterns))
-    else:
-        share, what = cpu_share(launches.meter)
-    return share_reason(share, what, on_gpu, max_share)
-
-
 def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
     return max(0.5, min(STAGE_SHARE[name] * timeout_s, deadline - time.monotonic() - 0.5))
 
@@ -219,7 +209,9 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                               if any(pat in n for pat in spec.library_kernel_patterns)})
                 if lib:  # allowed next to its own kernels (e.g. a copy), but shown for review
                     res.extra["library_kernels"] = lib[:10]
-            why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda) or library_reason(ctx.launches, spec, cuda)
+            pats = spec.library_kernel_patterns
+            why = cheat_reason(ctx.launches, pats, cuda) or library_reason(ctx.launches, pats, cuda)
+            res.extra["library_share"] = round(library_share(ctx.launches, pats, cuda)[0], 4)
             if verdict.status == "pass" and why:
                 res.outcome, res.error = CHEAT, why
                 return {"result": res.to_dict(), "restart": False}

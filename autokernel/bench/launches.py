@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass, field
 
-from autokernel.bench.share import WorkMeter, paused
+from autokernel.bench.share import MAX_SHARE, WorkMeter, cpu_share, gpu_share, paused, share_reason
 
 # Kernels any torch code may launch that are not a candidate's own work: aten's elementwise /
 # copy / fill / reduce kernels, memcpy/memset, and what inductor generates for torch.compile.
@@ -39,7 +40,7 @@ class Launches:
         return list(seen)
 
 
-def _triton_classes() -> list:
+def triton_classes() -> list:
     classes = []
     try:
         from triton.runtime.jit import JITFunction
@@ -141,7 +142,7 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
     module its Python function was defined in. Under the interpreter, memory accesses are also
     checked against the launch's tensor arguments."""
     patched = []
-    for cls in _triton_classes():
+    for cls in triton_classes():
         orig = cls.run
 
         def run(self, *args, __orig=orig, **kwargs):
@@ -151,12 +152,17 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
             (launches.triton_own if own else launches.triton_other).append(name)
             _live_ranges.append(_tensor_ranges(list(args) + list(kwargs.values())))
             _meters.append(launches.meter if own else None)
+            profile = sys.getprofile()  # a judge's profile hook (kb/guards.py) skips the interpreter
+            if profile is not None:
+                sys.setprofile(None)
             try:
                 with paused():  # the interpreter's own torch calls are not the candidate's
                     return __orig(self, *args, **kwargs)
             finally:
                 _live_ranges.pop()
                 _meters.pop()
+                if profile is not None:
+                    sys.setprofile(profile)
 
         patched.append((cls, "run", orig))
         cls.run = run
@@ -205,6 +211,20 @@ def cheat_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: 
     if launches.triton_other:
         return f"launched only Triton functions from elsewhere ({', '.join(sorted(set(launches.triton_other))[:5])})"
     return "never launched a triton.jit function of its own file"
+
+
+def library_share(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool) -> tuple[float, str]:
+    """(the library's share of the candidate's work so far, what did it): share.py."""
+    if on_gpu:
+        return gpu_share(launches.gpu_times, lambda n: is_foreign(n, library_patterns))
+    return cpu_share(launches.meter)
+
+
+def library_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool,
+                   max_share: float = MAX_SHARE) -> str | None:
+    """Why the candidate is a library call by its work's share (share.py), or None."""
+    share, what = library_share(launches, library_patterns, on_gpu)
+    return share_reason(share, what, on_gpu, max_share)
 
 
 def short_name(name: str, limit: int = 120) -> str:

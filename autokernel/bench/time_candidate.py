@@ -19,8 +19,8 @@ import torch
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
 from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
-from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, _arm, _disarm, library_reason
-from autokernel.bench.launches import Launches, record_gpu
+from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, _arm, _disarm
+from autokernel.bench.launches import Launches, library_reason, record_gpu
 from autokernel.bench.outputs import OutputLedger
 from autokernel.kernels.spec import to_dtype
 
@@ -177,4 +177,4 @@ def _library_at(ctx, spec, fn, refill: Refill) -> str | None:
         fn(*refill.args)
         torch.cuda.synchronize()
     ctx.verify()
-    return library_reason(launches, spec, True)
+    return library_reason(launches, spec.library_kernel_patterns, True)
