@@ -11,65 +11,18 @@ change to anything the judge trusts (torch.cuda.Event, ...) rejects the candidat
 
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
-from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
 from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, _arm, _disarm
 from autokernel.bench.launches import Launches, library_reason, record_gpu
-from autokernel.bench.outputs import OutputLedger
+from autokernel.bench.refill import Refill, Sampled, spec_expected
 from autokernel.kernels.spec import to_dtype
 
 TAIL_SLACK_US = 200.0  # host synchronize and one event record after the last repetition
-
-
-class Refill:
-    """The inputs of one timed shape, given new values in place by seed: refill(i) before
-    repetition i; inputs(i) makes repetition i's inputs again (for its reference)."""
-
-    def __init__(self, spec, shape, dtype, device):
-        self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
-        self.base = int.from_bytes(os.urandom(4), "little")
-        self.args = self.inputs(-1)
-
-    def inputs(self, i: int) -> tuple:
-        return make_inputs(self.spec, self.shape, self.dtype, self.device, (self.base * 1_000_003 + i + 1) % 2**62)
-
-    def __call__(self, i: int) -> None:
-        for a, v in zip(self.args, self.inputs(i)):
-            if isinstance(a, torch.Tensor):
-                a.copy_(v)
-
-
-class Sampled:
-    """Outputs of randomly chosen timed repetitions: copies taken on the calling stream right
-    after the repetition's end event; judged after the run, when nothing is being timed."""
-
-    def __init__(self, spec, refill: Refill):
-        self.spec, self.refill = spec, refill
-        self.taken: list[tuple[int, list[torch.Tensor]]] = []
-        self.ledger = OutputLedger(keep=timing.SAMPLES)
-
-    def take(self, i: int, out) -> None:
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
-        self.taken.append((i, [o.detach().clone() for o in outs]))
-        self.ledger.accept(f"timed repetition {i + 1}", outs)
-
-    def verdict(self) -> str | None:
-        try:
-            self.ledger.verify_kept()
-            for i, copies in self.taken:
-                exact, _meta = reference_outputs(self.spec, self.refill.inputs(i))
-                atol, rtol = self.spec.tolerance(copies[0].dtype if copies and copies[0].is_floating_point()
-                                                 else self.refill.dtype)
-                compare(copies, exact, atol, rtol)
-        except CheckFailure as exc:
-            return f"an output it returned while timed is wrong: {exc}"
-        return None
 
 
 def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: float, notify) -> str | None:
@@ -104,7 +57,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     for shape, w in zip(shapes, weights):
         refill = Refill(spec, shape, dtype, device)
         args = refill.args
-        sampled = Sampled(spec, refill)
+        sampled = Sampled(spec_expected(spec, refill))
         t = timing.time_call(fn, args, device, refill=refill, on_sample=sampled.take)
         ctx.verify()
         why = sampled.verdict() or _tail_reason(t)
@@ -120,7 +73,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
             if e and t["median_us"] * FLAG_SPEEDUP < e:
                 # Too good to be true: time again (more repetitions) before reporting; still over
                 # 10x -> flagged for review, never trusted silently.
-                sampled = Sampled(spec, refill)
+                sampled = Sampled(spec_expected(spec, refill))
                 t = timing.time_call(fn, args, device, min_reps=200, refill=refill, on_sample=sampled.take)
                 why = sampled.verdict() or _tail_reason(t)
                 if why:

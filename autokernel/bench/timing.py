@@ -49,9 +49,6 @@ def _flush_buffer(device: str) -> torch.Tensor:
     return _flush[device]
 
 
-SAMPLES = 3  # timed repetitions whose outputs are checked
-
-
 def _host_us_per_rep(fn: Callable, args: tuple, flush: torch.Tensor, start, end, refill=None) -> float:
     """Host microseconds to queue one repetition (refill, flush, events, call): queued, not waited for."""
     torch.cuda.synchronize()
@@ -75,11 +72,11 @@ def _cycles_per_us(device: str) -> float:
 
 def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int = MIN_REPS,
               min_time_s: float = MIN_TIME_S, max_reps: int = MAX_REPS, refill: Callable | None = None,
-              on_sample: Callable | None = None, samples: int = SAMPLES) -> dict[str, float]:
+              on_sample: Callable | None = None, samples: int = 3) -> dict[str, float]:
     """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush; with
     `refill(i)`, new input values before repetition i; `on_sample(i, out)` for `samples` random
     repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
-    import random
+    from autokernel.bench.refill import choose
 
     flush = _flush_buffer(device)
     fn(*args)
@@ -102,9 +99,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     host_us = _host_us_per_rep(fn, args, flush, starts[0], ends[0], refill)
     cycles_per_us = _cycles_per_us(device)
-    # never the last repetition: what on_sample queues after it would count as tail time
-    pool = range(max(1, reps - 1))
-    chosen = set(random.SystemRandom().sample(pool, min(samples, len(pool)))) if on_sample else set()
+    chosen = choose(reps, samples) if on_sample else set()
     torch.cuda.synchronize()  # every stream idle before the first repetition
     for b in range(0, reps, BATCH):
         batch = range(b, min(reps, b + BATCH))

@@ -9,7 +9,7 @@ import time
 import torch
 
 from autokernel.kb.inputs import Inputs
-from autokernel.kb.timing import QUICK_REPS, REPS, SIDE_STREAM_SLACK_US, WARMUP, Sampled, time_cpu, time_gpu
+from autokernel.kb.timing import QUICK_REPS, REPS, SIDE_STREAM_SLACK_US, WARMUP, kb_sampled, time_cpu, time_gpu
 
 FLAG_SPEEDUP = 10.0
 BASELINE_S = 300.0  # eager + torch.compile of the reference on a cold cache
@@ -26,7 +26,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
     inputs = Inputs(prob, device, seed + 7919)
     if not cuda:
         bj._arm(max(1.0, deadline - time.monotonic() - 0.5))
-        sampled = Sampled(3)
+        sampled = kb_sampled(prob, init, device, seed, inputs)
         with torch.no_grad():
             t = time_cpu(new, inputs, sampled=sampled)
             key = (code, "cpu")
@@ -35,7 +35,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
                 ref = prob.Model(*init).to(device)
                 _baselines[key] = (time_cpu(ref, inputs)["median_us"], None)
                 del ref
-            why = sampled.verdict(prob, init, device, seed, inputs)
+            why = sampled.verdict()
         bj._disarm()
         if why:
             return why
@@ -86,7 +86,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
             notify({"extend_s": baseline_s - 2 * BASELINE_S})
     eager_us, comp_us, comp_err = _baselines[key]
     bj._arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
-    sampled = Sampled(reps)
+    sampled = kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
         t = time_gpu(new, inputs, reps, sampled)
         if t["median_us"] * FLAG_SPEEDUP < eager_us:
@@ -94,7 +94,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
             res.extra["first_timing_us"] = t["median_us"]
             t = t2
             res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
-        why = sampled.verdict(prob, init, "cuda", seed, inputs)
+        why = sampled.verdict()
     bj._disarm()
     if why:
         return why

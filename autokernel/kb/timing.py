@@ -11,50 +11,29 @@ stream's end event (side streams) is refused.
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 
 import torch
 
-from autokernel.bench.checks import CheckFailure, compare
-from autokernel.bench.outputs import OutputLedger
+from autokernel.bench.refill import Sampled, choose
 from autokernel.kb.inputs import Inputs, flat, reference_outputs, tolerance
 
 WARMUP = 3
 REPS = 100
 QUICK_REPS = 25
-SAMPLES = 3
 SIDE_STREAM_SLACK_US = 50.0
 
 
-class Sampled:
-    """Outputs of randomly chosen trials: copies taken where the trial's stream ended."""
+def kb_sampled(prob, init, device: str, model_seed: int, inputs: Inputs) -> Sampled:
+    """Sampled timed outputs of ModelNew, keyed by input seed index, against the problem's Model."""
 
-    def __init__(self, reps: int, samples: int = SAMPLES):
-        self.chosen = set(random.SystemRandom().sample(range(1, reps), min(samples, reps - 1))) if reps > 1 else set()
-        self.taken: list[tuple[int, list[torch.Tensor]]] = []
-        self.ledger = OutputLedger(keep=samples)
+    def expected(i: int):
+        exact = reference_outputs(prob, init, device, model_seed, inputs.made(i))
+        floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        return (exact, *tolerance(floats[0].dtype if floats else torch.float32))
 
-    def take(self, rep: int, seed_index: int, out) -> None:
-        """Repetition `rep` (on the inputs of seed `seed_index`) returned `out`."""
-        if rep in self.chosen:
-            outs = [o for o in flat(out) if isinstance(o, torch.Tensor)]
-            self.taken.append((seed_index, [o.detach().clone() for o in outs]))
-            self.ledger.accept(f"timed trial {rep + 1}", outs)
-
-    def verdict(self, prob, init, device: str, model_seed: int, inputs: Inputs) -> str | None:
-        """Why an output it returned while timed is wrong, or None."""
-        try:
-            self.ledger.verify_kept()
-            for i, copies in self.taken:
-                exact = reference_outputs(prob, init, device, model_seed, inputs.made(i))
-                floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-                atol, rtol = tolerance(floats[0].dtype if floats else torch.float32)
-                compare(copies, exact, atol, rtol)
-        except CheckFailure as exc:
-            return f"an output it returned while timed is wrong: {exc}"
-        return None
+    return Sampled(expected)
 
 
 def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> dict:
@@ -69,6 +48,7 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> d
         fn(*args)
     torch.cuda.synchronize()
     stream, device = [], []
+    chosen = choose(reps, skip_last=False) if sampled is not None else set()
     for i in range(reps):
         inputs.refill(1000 + i)
         flush.zero_()
@@ -77,8 +57,8 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> d
         s.record()
         out = fn(*args)
         m.record()
-        if sampled is not None:
-            sampled.take(i, 1000 + i, out)
+        if i in chosen:  # copied where the stream ended, before the device-wide synchronize
+            sampled.take(1000 + i, out)
         torch.cuda.synchronize()
         e.record()
         e.synchronize()
@@ -103,8 +83,8 @@ def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, samp
         t = time.perf_counter()
         out = fn(*args)
         samples.append((time.perf_counter() - t) * 1e6)
-        if sampled is not None:
-            sampled.take(rep, 1000 + rep, out)
+        if sampled is not None and rep in (1, 2):
+            sampled.take(1000 + rep, out)
         del out
     q = statistics.quantiles(samples, n=4)
     return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "reps": len(samples)}
