@@ -86,6 +86,7 @@ def poisoned_empty():
     allocator hands out zeroed pages, which would hide it)."""
     originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
     orig_new_empty = torch.Tensor.new_empty
+    own_new_empty = "new_empty" in vars(torch.Tensor)  # else inherited (TensorBase): leave no attribute behind
 
     def wrap(fn):
         def poisoned(*args, **kwargs):
@@ -104,7 +105,10 @@ def poisoned_empty():
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
-        torch.Tensor.new_empty = orig_new_empty
+        if own_new_empty:
+            torch.Tensor.new_empty = orig_new_empty
+        else:
+            del torch.Tensor.new_empty
 
 
 # -- comparisons ----------------------------------------------------------------------------------

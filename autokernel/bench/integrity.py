@@ -41,6 +41,7 @@ class Snapshot:
         self._funcs: list[tuple[str, Any, Any, Any, Any, tuple]] = []  # label, fn, code, defaults, kwdefaults, cells
         self._data: list[tuple[str, Any, Any]] = []  # label, live container, deep copy
         self._probes: list[tuple[str, Any, Any]] = []  # label, callable, its value now
+        self._keysets: list[tuple[str, Any, frozenset, bool]] = []  # label, namespace, its names, modules may join
         self._seen_funcs: set[int] = set()
 
     # -- recording -----------------------------------------------------------------------------------
@@ -53,11 +54,17 @@ class Snapshot:
         cells = tuple(c.cell_contents if _cell_full(c) else _MISSING for c in (fn.__closure__ or ()))
         self._funcs.append((label, fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells))
 
-    def namespace(self, label: str, ns: dict, *, deep: bool = True, constants_only: bool = True) -> None:
+    def namespace(self, label: str, ns: dict, *, deep: bool = True, constants_only: bool = True,
+                  new_names: str = "modules") -> None:
         """Every non-dunder name of a module or class dict, by identity; functions in it with
         their code; with `deep`, classes defined there with their own dicts. Plain values are
         state when lower-case (a flag, a cache) and only UPPER_CASE ones are recorded, with a copy
-        of their contents, unless `constants_only` is off (a spec's fields are all fixed)."""
+        of their contents, unless `constants_only` is off (a spec's fields are all fixed).
+        `new_names`: which names may appear later -- "modules" (a package gains its submodules as
+        they are imported; any other new global could shadow a builtin), "none" (a class: a new
+        attribute shadows an inherited method, torch.Tensor.sum over TensorBase's), or "any"."""
+        if new_names != "any":
+            self._keysets.append((label, ns, frozenset(ns), new_names == "modules"))
         for key, value in list(ns.items()):
             if key.startswith("__") and key.endswith("__") and key not in ("__call__", "__torch_function__"):
                 continue
@@ -74,7 +81,7 @@ class Snapshot:
             if isinstance(value, _DATA) and _plain(value):
                 self._data.append((f"{label}.{key}", value, copy.deepcopy(value)))
             if deep and isinstance(value, type) and value.__module__ == ns.get("__name__", None):
-                self.namespace(f"{label}.{key}", vars(value), deep=False)
+                self.namespace(f"{label}.{key}", vars(value), deep=False, new_names="none")
 
     def module(self, mod: types.ModuleType, label: str | None = None, *, deep: bool = True) -> None:
         label = label or mod.__name__
@@ -82,11 +89,11 @@ class Snapshot:
         self.namespace(label, vars(mod), deep=deep)
 
     def cls(self, klass: type, label: str | None = None) -> None:
-        self.namespace(label or f"{klass.__module__}.{klass.__qualname__}", vars(klass), deep=False)
+        self.namespace(label or f"{klass.__module__}.{klass.__qualname__}", vars(klass), deep=False, new_names="none")
 
     def obj(self, label: str, obj: Any) -> None:
         """An instance's attributes (a spec: its reference, make_inputs, tolerance tables)."""
-        self.namespace(label, vars(obj), deep=False, constants_only=False)
+        self.namespace(label, vars(obj), deep=False, constants_only=False, new_names="none")
 
     def probe(self, label: str, fn) -> None:
         """A value the snapshot reads through a function (e.g. the torch.library registrations)."""
@@ -106,6 +113,12 @@ class Snapshot:
             for c, v in zip(fn.__closure__ or (), cells):
                 if (c.cell_contents if _cell_full(c) else _MISSING) is not v:
                     return f"{label} (a closure variable)"
+        for label, ns, names, modules_ok in self._keysets:
+            if len(ns) != len(names):  # same size: any new name took a recorded one's place, seen above
+                extra = [k for k in ns.keys() - names
+                         if not (modules_ok and isinstance(ns[k], types.ModuleType))]
+                if extra:
+                    return f"{label} (a new attribute {sorted(extra)[0]!r})"
         for label, live, saved in self._data:
             if live != saved:
                 return f"{label} (its contents)"
@@ -195,7 +208,7 @@ def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterab
         klass = getattr(nn, name)
         if isinstance(klass, type) and issubclass(klass, nn.Module):
             snap.cls(klass, f"torch.nn.{name}")
-    snap.namespace("builtins", vars(builtins), deep=False)
+    snap.namespace("builtins", vars(builtins), deep=False, new_names="any")
     snap.probe("torch.library registrations (a Python kernel for an aten op)", _library_impls)
     snap.probe("the active torch function / dispatch modes", _modes)
     return snap
