@@ -149,3 +149,25 @@ def test_unsandboxed_isolation_warns(monkeypatch):
     finally:
         monkeypatch.delenv("AUTOKERNEL_SANDBOX")
         sandbox.probe.cache_clear()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_sandbox), False], ids=["sandboxed", "unsandboxed"])
+def test_bench_cli_records_isolation_and_warns_once_without_it(home, run_cli, monkeypatch, sandbox):
+    """Every experiment row says what isolation its candidate had; without the sandbox the CLI
+    says so once, on stderr."""
+    from autokernel.bench import sandbox as sb
+    from autokernel.store import Store
+
+    monkeypatch.setenv("AUTOKERNEL_SANDBOX", "1" if sandbox else "0")
+    sb.probe.cache_clear()
+    try:
+        code, out, err = run_cli("bench", str(Path(__file__).parent / "faults" / "good.py"), "--quick")
+    finally:
+        monkeypatch.delenv("AUTOKERNEL_SANDBOX")
+        sb.probe.cache_clear()
+    assert code == 0, err
+    assert err.count("NOT sandboxed") == (0 if sandbox else 1)
+    with Store(home.db) as store:
+        row = store.list_experiments()[-1]
+    assert row.isolation.startswith("sandbox: no network" if sandbox else "none:"), row.isolation

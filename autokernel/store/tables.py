@@ -107,6 +107,7 @@ class Experiment(SQLModel, table=True):
     wall_us: Optional[float] = None
     details_json: Optional[str] = None  # per-shape timings: [{shape, dtype, latency_us, eager_us, ...}]
     llm_call_id: Optional[int] = None  # the llm_calls row whose answer this candidate is
+    isolation: Optional[str] = None  # the judge's sandbox line, or "none: ..." when the candidate ran without
 
 
 class Dispatch(SQLModel, table=True):
