@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import operator
 import sys
 import types
 from typing import Any, Iterable
@@ -43,6 +44,8 @@ class Snapshot:
         self._probes: list[tuple[str, Any, Any]] = []  # label, callable, its value now
         self._keysets: list[tuple[str, Any, frozenset, bool]] = []  # label, namespace, its names, modules may join
         self._seen_funcs: set[int] = set()
+        self._flat: tuple | None = None
+        self._copies: list[tuple[Any, dict]] = []  # every namespace and a copy of it: the fast check
 
     # -- recording -----------------------------------------------------------------------------------
 
@@ -65,6 +68,7 @@ class Snapshot:
         attribute shadows an inherited method, torch.Tensor.sum over TensorBase's), or "any"."""
         if new_names != "any":
             self._keysets.append((label, ns, frozenset(ns), new_names == "modules"))
+        self._copies.append((ns, dict(ns)))
         for key, value in list(ns.items()):
             if key.startswith("__") and key.endswith("__") and key not in ("__call__", "__torch_function__"):
                 continue
@@ -101,12 +105,44 @@ class Snapshot:
 
     # -- checking ------------------------------------------------------------------------------------
 
+    def _fast(self) -> tuple:
+        """The recorded code objects, defaults and closure contents as parallel lists."""
+        if self._flat is None:
+            funcs = self._funcs
+            cells = [(c, v) for _l, fn, *_r, vals in funcs for c, v in zip(fn.__closure__ or (), vals)
+                     if v is not _MISSING]
+            self._flat = ([f for _l, f, *_r in funcs], [c for _l, _f, c, *_r in funcs],
+                          [d for _l, _f, _c, d, *_r in funcs], [k for _l, _f, _c, _d, k, _cl in funcs],
+                          [c for c, _v in cells], [v for _c, v in cells])
+        return self._flat
+
     def changed(self) -> str | None:
-        """The first recorded thing that is no longer as it was, or None."""
-        for label, ns, key, value in self._names:
+        """The first recorded thing that is no longer as it was, or None. Checked a few thousand
+        times per candidate, so the common case runs in C: each namespace compared with its copy
+        (dict equality tests identity first), the code objects as lists; only when something
+        differs does the slow walk name it, or find it benign (a package gained a submodule, the
+        judge's own state flipped) and take a fresh copy."""
+        fns, codes, defaults, kwdefaults, cells, contents = self._fast()
+        same = (all(map(_same, self._copies)) and list(map(_CODE, fns)) == codes
+                and list(map(_DEFAULTS, fns)) == defaults and list(map(_KWDEFAULTS, fns)) == kwdefaults
+                and list(map(_cell_value, cells)) == contents)
+        if same and all(live == saved for _l, live, saved in self._data) \
+                and all(fn() == value for _l, fn, value in self._probes):
+            return None
+        why = self._explain()
+        if why is None:  # benign: copy again what differs, so the next check is fast again
+            self._copies = [(ns, copy if _same((ns, copy)) else dict(ns)) for ns, copy in self._copies]
+        return why
+
+    def _explain(self) -> str | None:
+        """The slow walk, once something differs: what it is (or None for a benign difference)."""
+        for i, (label, ns, key, value) in enumerate(self._names):
             now = ns.get(key, _MISSING)
-            if now is not value and not _dynamo_wrapper(now, value):
-                return label
+            if now is not value:
+                if not _dynamo_wrapper(now, value):
+                    return label
+                self._names[i] = (label, ns, key, now)  # the wrapper is what stays there
+                self._flat = None
         for label, fn, code, defaults, kwdefaults, cells in self._funcs:
             if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
                 return f"{label} (its code)"
@@ -131,6 +167,24 @@ class Snapshot:
         return len(self._names) + len(self._funcs) + len(self._data) + len(self._probes)
 
 
+_CODE, _DEFAULTS, _KWDEFAULTS = (operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def _same(pair) -> bool:
+    ns, saved = pair
+    try:
+        return ns == saved
+    except Exception:  # a value whose == misbehaves (it changed: the slow walk says what)
+        return False
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _MISSING
+
+
 _dynamo_code: list = []
 
 
@@ -152,13 +206,20 @@ def _cell_full(cell) -> bool:
         return False
 
 
+_impls_seen: list = []  # [the whole registration set last seen, its aten part]
+
+
 def _library_impls():
     """Python kernels registered for aten ops (a Meta kernel computes shapes only; torch's own
-    imports register kernels for other namespaces)."""
+    imports register kernels for other namespaces). The filtered set is recomputed only when the
+    registrations changed at all."""
     import torch.library
 
-    return frozenset(k for k in getattr(torch.library, "_impls", ()) if k.startswith("aten/")
-                     and not k.endswith("/Meta"))
+    impls = getattr(torch.library, "_impls", set())
+    if not _impls_seen or impls != _impls_seen[0]:
+        _impls_seen[:] = [frozenset(impls), frozenset(k for k in impls if k.startswith("aten/")
+                                                      and not k.endswith("/Meta"))]
+    return _impls_seen[1]
 
 
 def _modes():

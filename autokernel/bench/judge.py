@@ -41,25 +41,23 @@ class StageTimeout(BaseException):
     wrapper, a candidate's own handlers) cannot turn a hang into a crash or a compile error."""
 
 
-_armed = False
+_armed = [False]  # a list, not a rebound global: the integrity snapshot's copy of this module stays equal
 
 
 def _alarm(signum, frame):
-    if _armed:
+    if _armed[0]:
         raise StageTimeout()
 
 
 def _arm(seconds: float) -> None:
     """Raise StageTimeout after `seconds`, then again every 0.25 s until disarmed: code that
     swallows one exception (Triton, torch and candidates have broad excepts) cannot hide a hang."""
-    global _armed
-    _armed = True
+    _armed[0] = True
     signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
 
 
 def _disarm() -> None:
-    global _armed
-    _armed = False
+    _armed[0] = False
     signal.setitimer(signal.ITIMER_REAL, 0)
 
 
