@@ -167,6 +167,7 @@ class Snapshot:
         return len(self._names) + len(self._funcs) + len(self._data) + len(self._probes)
 
 
+CHANGED = Snapshot.changed  # the judges call this one: rebinding Snapshot.changed later changes nothing
 _CODE, _DEFAULTS, _KWDEFAULTS = (operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
 
 
@@ -239,6 +240,16 @@ def _torch_parts() -> Iterable[tuple[str, Any]]:
         sub = getattr(torch, name, None)
         if isinstance(sub, types.ModuleType):
             yield f"torch.{name}", sub
+
+
+def outside_a_call() -> str | None:
+    """The anti-cheat's own state must be at rest between calls: counting not paused, no launch
+    in progress (a candidate that set these would hide its library work)."""
+    from autokernel.bench import launches, share
+
+    if share._pause[0] or launches._live_ranges or launches._meters:
+        return "the anti-cheat's launch records"
+    return None
 
 
 def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterable[Any] = ()) -> Snapshot:

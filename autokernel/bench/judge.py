@@ -21,6 +21,7 @@ import torch
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
+from autokernel.bench.integrity import CHANGED, outside_a_call
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
@@ -135,7 +136,7 @@ def _integrity():
 
 def verify_integrity() -> None:
     """Raise Tampered naming what changed since the snapshot."""
-    changed = _integrity().changed()
+    changed = CHANGED(_integrity()) or outside_a_call()
     if changed:
         raise Tampered(f"the candidate modified the bench itself ({changed})")
 
@@ -170,7 +171,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
-    if _integrity().changed():  # a previous candidate got past the check: never judge in a tampered process
+    if CHANGED(_integrity()):  # a previous candidate got past the check: never judge in a tampered process
         return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
     old = signal.signal(signal.SIGALRM, _alarm)
     stage = "load"

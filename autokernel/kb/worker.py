@@ -105,7 +105,9 @@ class Trial:
         kernels of its own, library work over MAX_SHARE), or None."""
         from autokernel.bench.launches import cheat_reason, library_reason
 
-        changed = self.snapshot.changed()
+        from autokernel.bench.integrity import CHANGED, outside_a_call
+
+        changed = CHANGED(self.snapshot) or outside_a_call()
         if changed:
             return f"the candidate modified the judge itself ({changed})"
         why = cheat_reason(self.launches, library_patterns(), self.cuda) or self.guard.reason()
@@ -132,7 +134,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.checks import (CheckFailure, check_inputs_unchanged, check_no_alias, check_structure,
                                          compare, poison_cuda_cache)
     from autokernel.bench.gpu_compile import compile_stage, record_launches
-    from autokernel.bench.integrity import judge_snapshot
+    from autokernel.bench.integrity import CHANGED, judge_snapshot
     from autokernel.bench.launches import Launches, library_share, short_name
     from autokernel.bench.outputs import OutputLedger
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
@@ -171,8 +173,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         mod = import_kernel(kf)
         if not isinstance(getattr(mod, "ModelNew", None), type):
             raise KernelFileError("the solution defines no class ModelNew")
-        if snapshot.changed():
-            return cheat(f"the candidate modified the judge itself ({snapshot.changed()})")
+        changed = CHANGED(snapshot)
+        if changed:
+            return cheat(f"the candidate modified the judge itself ({changed})")
         if issubclass(mod.ModelNew, prob.Model):
             return cheat("ModelNew subclasses the problem's own Model class (the reference is not a solution)")
         init = [to_device(a, device) for a in prob.get_init_inputs()]
@@ -241,8 +244,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         if req.get("timing", True):
             stage = "timing"
             why = time_model.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
-            if why or snapshot.changed():
-                return cheat(f"timing: {why or 'the candidate modified the judge itself (' + snapshot.changed() + ')'}")
+            changed = CHANGED(snapshot)
+            if why or changed:
+                return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
     except BaseException as exc:
         bj._disarm()
         if isinstance(exc, KeyboardInterrupt):
