@@ -164,3 +164,16 @@ def test_deterministic_false_needs_a_reason():
     kf = parse_source(src + 'NONDETERMINISM_REASON = "atomic adds"\n')
     assert not kf.deterministic and kf.nondeterminism_reason == "atomic adds"
     assert parse_source(src.replace("False", "True")).deterministic
+
+
+def test_gpu_share_weighs_kernel_time_and_ignores_fills():
+    from autokernel.bench.launches import is_foreign
+    from autokernel.bench.share import gpu_share, share_reason
+
+    pats = ("at::native::reduce_kernel",)
+    kernels = [("_row_sum", 10.0), ("void at::native::reduce_kernel<512, 1>(...)", 30.0),
+               ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)", 500.0)]
+    share, what = gpu_share(kernels, lambda n: is_foreign(n, pats))
+    assert share == pytest.approx(0.75) and "reduce_kernel" in what
+    assert "75% of its GPU time" in share_reason(share, what, on_gpu=True)
+    assert gpu_share([("_row_sum", 10.0)], lambda n: is_foreign(n, pats))[0] == 0.0

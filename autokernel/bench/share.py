@@ -29,9 +29,13 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 MAX_SHARE = 0.5  # the bench: a kernel type's op, most of it must be the candidate's own
+# Allocations, views, metadata, and fills (a constant computes nothing: the judges' own NaN
+# poisoning of the candidate's empty tensors is a fill, and so is a zeroed accumulator).
 _FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "resize_", "detach",
          "alias", "item", "tolist", "size", "stride", "numel", "dim", "data_ptr", "untyped_storage",
-         "element_size", "is_contiguous", "storage_offset"}
+         "element_size", "is_contiguous", "storage_offset", "fill", "fill_", "zero_", "zeros", "zeros_like",
+         "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full"}
+_FILL_KERNELS = ("FillFunctor", "fill_kernel")
 _MATMUL = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "matmul", "linear", "einsum",
            "tensordot", "inner", "outer", "rmatmul"}
 _pause = [0]
@@ -134,6 +138,8 @@ def gpu_share(kernels: list[tuple[str, float]], is_foreign) -> tuple[float, str]
     foreign: dict[str, float] = {}
     own = 0.0
     for name, us in kernels:
+        if any(f in name for f in _FILL_KERNELS):
+            continue
         if is_foreign(name):
             foreign[name] = foreign.get(name, 0.0) + us
         else:
