@@ -13,7 +13,8 @@ not GPU timings). So that the loop still works end to end on a CPU machine (test
 job), a correct candidate is timed here by wall clock under the Triton interpreter, in its own
 subprocess with the bench's key-stripped environment, in the bench's sandbox (bench/sandbox.py), on
 inputs given new values in place before every call (bench/refill.py: a result cached by address
-or contents never times a hit), and two of its timed outputs are checked against the reference;
+or contents never times a hit), and some of its timed outputs (random ones and the last) are
+checked against the reference;
 results carry gpu_timing=False and extra["timing"] says what they are.
 """
 
@@ -74,7 +75,7 @@ def cpu_time_child() -> int:
 
     req = json.loads(sys.stdin.read())
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from autokernel.bench.refill import Refill, Sampled, spec_expected
+    from autokernel.bench.refill import Refill, Reservoir, Sampled, spec_expected
     from autokernel.kernelfile import entry_point, import_kernel, parse_source
     from autokernel.kernels import get_spec
     from autokernel.kernels.spec import to_dtype
@@ -92,15 +93,12 @@ def cpu_time_child() -> int:
             row = {"shape": shape, "weight": w}
             for name, f in (("latency", fn), ("eager", spec.reference)):
                 f(*args)  # warm-up
-                sampled = Sampled(spec_expected(spec, refill)) if name == "latency" else None
+                kept = Reservoir() if name == "latency" else None  # timed outputs to check: random ones and the last
 
-                def keep(i, out, sampled=sampled):
-                    if sampled is not None and i in (1, 3):
-                        sampled.take(i, out)
-
-                samples = [s * 1e6 for s in repeat(lambda: f(*args), min_runs=5, before=refill, after=keep,
+                samples = [s * 1e6 for s in repeat(lambda: f(*args), min_runs=5, before=refill,
+                                                   after=kept.offer if kept is not None else None,
                                                    budget_s=float(req.get("seconds_per_shape", 1.0)))]
-                why = sampled.verdict() if sampled is not None else None
+                why = kept.into(Sampled(spec_expected(spec, refill))).verdict() if kept is not None else None
                 if why:  # what it returned while timed was wrong: a cheat, reported as such
                     sys.stdout.write(json.dumps({"cheat": f"cpu-timing: {spec.shape_label(shape)}: {why}"}))
                     return 0

@@ -110,6 +110,19 @@ def test_a_judge_that_caught_tampering_starts_afresh(worker):
 
 
 @pytest.mark.timeout(300)
+def test_honest_while_checked_wrong_while_timed_is_caught_by_the_cpu_timing(worker):
+    """The loop's CPU judge times a correct candidate on inputs refilled in place and checks two of
+    its timed outputs: one that turns to a stale result once the stages are over is a cheat."""
+    from autokernel.cpu_timing import CPUTimedJudge
+
+    source = (CHEATS / "bench" / "late_switch.py").read_text()
+    res = CPUTimedJudge(worker.judge)(source, kernel_type="reduce", quick=True, timeout_s=120)
+    assert res.outcome == CHEAT, (res.outcome, res.error)
+    assert "cpu-timing" in res.error and "while timed is wrong" in res.error, res.error
+    _one_line(res.error)
+
+
+@pytest.mark.timeout(300)
 def test_fingerprint_cache_never_hits_in_kb_trials_or_timing(kb_worker, relu_problem):
     """Family 2 by contents: every trial and every timed call sees new values in the same tensors,
     so the cache never hits -- it is judged as the kernel it runs, with its own timing."""
@@ -157,6 +170,13 @@ def test_bench_rejects_the_planted_cheat_on_gpu(worker, name):
         assert "of its GPU time" in res.error, res.error
     else:
         assert phrase in res.error, res.error
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_bench_late_switch_is_caught_by_timed_samples_on_gpu(worker):
+    res = worker.judge(CHEATS / "bench" / "late_switch.py", quick=True, timeout_s=300)
+    assert res.outcome == CHEAT and "while timed is wrong" in res.error, (res.outcome, res.error)
 
 
 @pytest.mark.gpu

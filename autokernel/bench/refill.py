@@ -20,7 +20,8 @@ import torch
 from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
 from autokernel.bench.outputs import OutputLedger
 
-SAMPLES = 3  # calls of a timed run whose outputs are checked
+SAMPLES = 5  # calls of a timed run whose outputs are checked: a candidate stale on half its timed
+# calls (what it takes to move the median) escapes all five with probability 1/32
 
 
 class Refill:
@@ -50,9 +51,9 @@ class Sampled:
         self.taken: list[tuple[Any, list[torch.Tensor]]] = []
         self.ledger = OutputLedger(keep=keep)
 
-    def take(self, key, out) -> None:
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
-        self.taken.append((key, [o.detach().clone() for o in outs]))
+    def take(self, key, out, copies: list | None = None) -> None:
+        outs = _tensors(out)
+        self.taken.append((key, copies if copies is not None else [o.detach().clone() for o in outs]))
         self.ledger.accept(f"timed call {len(self.taken)}", outs)
 
     def verdict(self) -> str | None:
@@ -83,3 +84,36 @@ def choose(n_calls: int, samples: int = SAMPLES, skip_last: bool = True) -> set[
     the GPU what is queued after it would count as tail time)."""
     pool = range(max(1, n_calls - 1) if skip_last else n_calls)
     return set(random.SystemRandom().sample(pool, min(samples, len(pool))))
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    return [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
+
+
+class Reservoir:
+    """For a run whose length is not known in advance (CPU timing stops on a time budget): `k`
+    calls sampled uniformly from all of them (Algorithm R), plus the last call, each with a copy of
+    its output taken when it returned. `into(sampled)` hands them over for the verdict."""
+
+    def __init__(self, k: int = 3):
+        self.k, self.seen = k, 0
+        self.slots: list[tuple] = []
+        self.last: tuple | None = None
+        self.rng = random.SystemRandom()
+
+    def offer(self, key, out) -> None:
+        entry = (key, out, [o.detach().clone() for o in _tensors(out)])
+        self.seen += 1
+        if len(self.slots) < self.k:
+            self.slots.append(entry)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < self.k:
+                self.slots[j] = entry
+        self.last = entry
+
+    def into(self, sampled: Sampled) -> Sampled:
+        last = [self.last] if self.last is not None and all(self.last is not e for e in self.slots) else []
+        for key, out, copies in self.slots + last:
+            sampled.take(key, out, copies)
+        return sampled

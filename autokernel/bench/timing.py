@@ -72,11 +72,11 @@ def _cycles_per_us(device: str) -> float:
 
 def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int = MIN_REPS,
               min_time_s: float = MIN_TIME_S, max_reps: int = MAX_REPS, refill: Callable | None = None,
-              on_sample: Callable | None = None, samples: int = 3) -> dict[str, float]:
+              on_sample: Callable | None = None, samples: int | None = None) -> dict[str, float]:
     """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush; with
     `refill(i)`, new input values before repetition i; `on_sample(i, out)` for `samples` random
     repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
-    from autokernel.bench.refill import choose
+    from autokernel.bench.refill import SAMPLES, choose
 
     flush = _flush_buffer(device)
     fn(*args)
@@ -99,7 +99,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     host_us = _host_us_per_rep(fn, args, flush, starts[0], ends[0], refill)
     cycles_per_us = _cycles_per_us(device)
-    chosen = choose(reps, samples) if on_sample else set()
+    chosen = choose(reps, samples or SAMPLES) if on_sample else set()
     torch.cuda.synchronize()  # every stream idle before the first repetition
     for b in range(0, reps, BATCH):
         batch = range(b, min(reps, b + BATCH))

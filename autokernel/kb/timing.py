@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from autokernel.bench.refill import Sampled, choose
+from autokernel.bench.refill import Reservoir, Sampled, choose
 from autokernel.kb.inputs import Inputs, flat, reference_outputs, tolerance
 
 WARMUP = 3
@@ -76,6 +76,7 @@ def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, samp
     args = inputs.args
     fn(*args)
     samples = []
+    kept = Reservoir() if sampled is not None else None  # random timed calls and the last
     end = time.perf_counter() + budget_s
     while len(samples) < 3 or (len(samples) < max_reps and time.perf_counter() < end):
         rep = len(samples)
@@ -83,8 +84,10 @@ def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, samp
         t = time.perf_counter()
         out = fn(*args)
         samples.append((time.perf_counter() - t) * 1e6)
-        if sampled is not None and rep in (1, 2):
-            sampled.take(1000 + rep, out)
+        if kept is not None:
+            kept.offer(1000 + rep, out)
         del out
+    if kept is not None:
+        kept.into(sampled)
     q = statistics.quantiles(samples, n=4)
     return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "reps": len(samples)}
