@@ -12,7 +12,7 @@ The loop's candidate timing: the bench reports no timings without a GPU (interpr
 not GPU timings). So that the loop still works end to end on a CPU machine (tests, the CPU main
 job), a correct candidate is timed here by wall clock under the Triton interpreter, in its own
 subprocess with the bench's key-stripped environment, in the bench's sandbox (bench/sandbox.py), on
-inputs given new values in place before every call (bench/refill.py: a result cached by address
+inputs given new values in place before every call (bench/across_calls.py: a result cached by address
 or contents never times a hit), and some of its timed outputs (random ones and the last) are
 checked against the reference;
 results carry gpu_timing=False and extra["timing"] says what they are.
@@ -75,7 +75,7 @@ def cpu_time_child() -> int:
 
     req = json.loads(sys.stdin.read())
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from autokernel.bench.refill import Refill, Reservoir, Sampled, spec_expected
+    from autokernel.bench.across_calls import Refill, Reservoir, Sampled, spec_expected
     from autokernel.kernelfile import entry_point, import_kernel, parse_source
     from autokernel.kernels import get_spec
     from autokernel.kernels.spec import to_dtype

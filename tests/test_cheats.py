@@ -135,7 +135,7 @@ def test_timed_calls_see_new_values_in_the_same_memory():
     """What KB and CPU timing present to a candidate: one address, new contents every call."""
     import torch
 
-    from autokernel.bench.refill import Refill
+    from autokernel.bench.across_calls import Refill
     from autokernel.cpu_timing import repeat
     from autokernel.kb.inputs import Inputs
     from autokernel.kb.problems import load_problems

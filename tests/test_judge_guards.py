@@ -68,7 +68,7 @@ def test_integrity_takes_torch_dynamo_wrapping_manual_seed_as_no_change(snapshot
 
 
 def test_ledger_refuses_a_reused_buffer_and_an_overwritten_output():
-    from autokernel.bench.outputs import OutputLedger
+    from autokernel.bench.across_calls import OutputLedger
 
     ledger = OutputLedger()
     buf = torch.zeros(9)

@@ -12,10 +12,10 @@ isolated worker subprocess. Importing this package does not import torch; `calib
 Module map: runner (caller side, process control), sandbox and sandbox_enter (the child's
 namespaces and read-only file system), isolation (its environment), worker (child main loop),
 judge (one candidate end to end), stages (the five stages), checks (one check's guards, the
-reference after the call), outputs (earlier outputs re-checked), integrity (what the judge trusts,
-compared after every call), launches and share (anti-cheat evidence: own kernels, the library's
-share of the work, interpreter bounds check), refill (inputs changed in place, sampled outputs),
-time_candidate and timing (the timing stage, CUDA events), ceilings (roofline).
+reference after the call), across_calls (inputs changed in place, earlier and sampled timed
+outputs re-checked), integrity (what the judge trusts, compared after every call), launches and
+share (anti-cheat evidence: own kernels, the library's share of the work, interpreter bounds
+check), time_candidate and timing (the timing stage, CUDA events), ceilings (roofline).
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def run_check(spec: KernelSpec, fn: Callable, inputs: tuple | Callable[[], tuple
     inputs themselves (then copied before the call). The reference is computed after the call,
     from inputs made again. `args`: call with these tensors instead, after copying the made
     inputs' values into them in place (the same memory with new contents: a result cached by
-    address fails). `ledger` (outputs.OutputLedger): earlier outputs that must survive this call.
+    address fails). `ledger` (across_calls.OutputLedger): earlier outputs that must survive this call.
     `after_call`: run once the call is over, before anything else (the judge's integrity check)."""
     if callable(inputs):
         make = inputs

@@ -126,7 +126,7 @@ _snapshots: list = []  # the worker's integrity snapshot, taken before the first
 def _integrity():
     """The snapshot of everything the judge trusts (integrity.py), taken once per worker."""
     if not _snapshots:
-        from autokernel.bench import gpu_compile, outputs, stages, time_candidate, timing  # noqa: F401 (snapshotted)
+        from autokernel.bench import across_calls, gpu_compile, stages, time_candidate, timing  # noqa: F401 (snapshotted)
         from autokernel.bench.integrity import judge_snapshot
         from autokernel.kernels import KERNEL_TYPES, get_spec
 

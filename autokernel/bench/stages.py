@@ -21,7 +21,7 @@ import torch
 
 from autokernel.bench.checks import CheckFailure, make_inputs, run_check, strided_copy
 from autokernel.bench.launches import Launches, record_triton
-from autokernel.bench.outputs import OutputLedger
+from autokernel.bench.across_calls import OutputLedger
 from autokernel.bench.share import TorchWork
 from autokernel.bench.result import StageVerdict
 from autokernel.kernels.spec import KernelSpec, Shape, to_dtype

@@ -19,7 +19,7 @@ from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
 from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, _arm, _disarm
 from autokernel.bench.launches import Launches, library_reason, record_gpu
-from autokernel.bench.refill import Refill, Sampled, spec_expected
+from autokernel.bench.across_calls import Refill, Sampled, spec_expected
 from autokernel.kernels.spec import to_dtype
 
 TAIL_SLACK_US = 200.0  # host synchronize and one event record after the last repetition

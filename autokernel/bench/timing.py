@@ -76,7 +76,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush; with
     `refill(i)`, new input values before repetition i; `on_sample(i, out)` for `samples` random
     repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
-    from autokernel.bench.refill import SAMPLES, choose
+    from autokernel.bench.across_calls import SAMPLES, choose
 
     flush = _flush_buffer(device)
     fn(*args)

@@ -136,10 +136,10 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.gpu_compile import compile_stage, record_launches
     from autokernel.bench.integrity import CHANGED, judge_snapshot
     from autokernel.bench.launches import Launches, library_share, short_name
-    from autokernel.bench.outputs import OutputLedger
+    from autokernel.bench.across_calls import OutputLedger
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
-    from autokernel.kb import guards, time_model, timing  # noqa: F401  (in the snapshot)
+    from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
     from autokernel.kb.inputs import Inputs, flat, reference_outputs, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
@@ -243,7 +243,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         bj._disarm()
         if req.get("timing", True):
             stage = "timing"
-            why = time_model.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
+            why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
             changed = CHANGED(snapshot)
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
