@@ -103,9 +103,8 @@ class Trial:
     def why(self) -> str | None:
         """Right after the call: why it is a cheat (changed the judge, ran the problem's Model, no
         kernels of its own, library work over MAX_SHARE), or None."""
-        from autokernel.bench.launches import cheat_reason, library_reason
-
         from autokernel.bench.integrity import CHANGED, outside_a_call
+        from autokernel.bench.launches import cheat_reason, library_reason
 
         changed = CHANGED(self.snapshot) or outside_a_call()
         if changed:
