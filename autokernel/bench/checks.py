@@ -239,9 +239,10 @@ def run_check(spec: KernelSpec, fn: Callable, inputs: tuple | Callable[[], tuple
         args = tuple(inputs)
         saved = snapshot(args)
         make = lambda: saved  # noqa: E731
-    meta = meta_outputs(spec, args)
-    if device.startswith("cuda") and meta is not None:
-        poison_cuda_cache([r.numel() * r.element_size() for r in _flat(meta)], device)
+    if device.startswith("cuda"):
+        meta = meta_outputs(spec, args)  # the outputs' sizes (no values) for the poisoning
+        if meta is not None:
+            poison_cuda_cache([r.numel() * r.element_size() for r in _flat(meta)], device)
     try:
         with poisoned_empty():
             out = call_wrapper(fn, args) if call_wrapper else fn(*args)
