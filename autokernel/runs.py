@@ -27,13 +27,15 @@ def _at_least(name: str, value: Optional[int], low: int) -> None:
 
 def check_common(*, hours: Optional[float], timeout_s: Optional[float], agent: str,
                  provider: Optional[str], llm_model: Optional[str]) -> None:
-    """The options a loop run and a kb run share; the agent is built once to check its settings
-    (an llm agent without a model or with an unknown provider is refused here, not mid-run)."""
-    from autokernel.proposers import make_proposer
+    """The options a loop run and a kb run share. The agent's name is checked here; its settings (an
+    llm agent without a model, with an unknown provider, a bad price) when the caller builds it, which
+    both callers do next, before anything is written."""
+    from autokernel.proposers import AGENTS
 
     _positive("--hours", hours)
     _positive("--timeout", timeout_s)
-    make_proposer(agent, provider=provider, model=llm_model)
+    if agent not in AGENTS:
+        raise ConfigError(f"unknown agent {agent!r}; use one of {', '.join(AGENTS)}")
 
 
 def check_loop_options(*, hours: Optional[float], max_experiments: Optional[int], agent: str,

@@ -251,3 +251,18 @@ def test_report_md_carries_the_workload_table(home, run_cli):
     assert code == 0 and json.loads(out)["workloads"][0]["workload"] == "decode b1 @16"
     code, _, err = run_cli("verify", "--workload", "decode:1x16")
     assert code == 4 and "bad workload" in err
+
+
+def test_apply_after_torch_compile_reaches_the_compiled_model(tmp_path):
+    torch._dynamo.reset()
+    b = load_model("llama-tiny", seq=16)
+    compiled, graphs = _compile_counting(b.model)  # compiled first, called only after apply
+    with autokernel.apply(compiled, kernels=["rmsnorm"], home=tmp_path, use_unmeasured=True) as h:
+        with torch.inference_mode():
+            out = output_tensor(compiled(**b.inputs))
+        assert h.report.sites["rmsnorm"] == 5
+    names = [str(n.target) for n in graphs[0].graph.nodes if str(n.target).startswith("autokernel.")]
+    assert len(names) == 5 and all("rmsnorm" in n for n in names)
+    with torch.inference_mode():
+        assert torch.allclose(out, output_tensor(b.forward()), atol=1e-5)
+    torch._dynamo.reset()

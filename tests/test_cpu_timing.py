@@ -101,7 +101,7 @@ def test_verify_output_labels_cpu_timings(home, run_cli):
     assert code == 0, err
     # nothing to plug in: the two timings would be of one model, so no speed-up is claimed
     assert "nothing plugged in, so no speed-up to measure" in out and "end-to-end" not in out
-    assert "the reference output" in err and "timing the forward pass" in err  # progress, on stderr
+    assert "the reference output" in err and "timing the model at its workloads" in err  # progress, on stderr
     with Store(home.db) as store:
         store.add_profile("llama-tiny", [_entry("rmsnorm", 0.3), _entry("other", 0.7)], config=OPTS, device="cpu")
         extract(store, Workspace.open(home), top=1)
@@ -142,7 +142,9 @@ def test_verify_for_the_loop_plugs_only_kept_kernels_and_reports_progress(home):
         assert r.ok and [v.name for v in r.plugged] == ["llama-tiny.rmsnorm"]
         assert "not plugged (nothing kept by the loop): llama-tiny.softmax" in r.notes
         assert said[0] == "loading llama-tiny" and "the reference output" in said
-        assert "[1/1] llama-tiny.rmsnorm plugged in alone" in said and said[-1] == "timing the forward pass"
+        assert "[1/1] llama-tiny.rmsnorm plugged in alone" in said
+        # then the timing, workload by workload
+        assert said[said.index("timing the model at its workloads") + 1] == "prefill 1x8: eager"
         # named explicitly, a kernel is checked whether kept or not; without only_kept every one is
         assert {v.name for v in verify(store, ws, kernels=["llama-tiny.softmax"], only_kept=True, time_iters=0,
                                        record=False).plugged} == {"llama-tiny.softmax"}

@@ -35,7 +35,6 @@ def serve(handlers: dict[str, Handler]) -> int:
         # Triton decides at @jit time; it must be set before any kernel file is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from autokernel.bench import judge
-
     from autokernel.bench.sandbox import isolation_here
 
     send({"ready": True, "isolation": isolation_here(), **judge.environment()})
@@ -64,6 +63,12 @@ def _judge(req: dict, send) -> dict:
     return judge.judge_request(req, notify=send)
 
 
+def _screen(req: dict, send) -> dict:
+    from autokernel.bench import screen
+
+    return screen.screen_request(req, notify=send)
+
+
 def _calibrate(req: dict, send) -> dict:
     from autokernel.bench import judge
     from autokernel.bench.ceilings import measure_ceilings
@@ -72,7 +77,7 @@ def _calibrate(req: dict, send) -> dict:
 
 
 def main() -> int:
-    return serve({"judge": _judge, "calibrate": _calibrate})
+    return serve({"judge": _judge, "screen": _screen, "calibrate": _calibrate})
 
 
 if __name__ == "__main__":

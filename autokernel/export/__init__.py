@@ -102,7 +102,7 @@ def export_kernel(source: str, prov: Provenance, repo_id: str, out_dir: Path, *,
     note = None
     if kf.backend == "triton":
         # the lean launch path ships inside the package, as its own module
-        source = source.replace(f"from {LAUNCHER} import launch", "from ._launcher import launch")
+        source = re.sub(rf"from {re.escape(LAUNCHER)} import ", "from ._launcher import ", source)
         extra = {"_launcher.py": Path(sys.modules[LAUNCHER].__file__).read_text()} if "._launcher" in source else {}
         if re.search(r"^\s*(from|import)\s+autokernel\b", source, re.MULTILINE):
             raise ExportError("the kernel file imports autokernel; an exported Triton kernel must stand alone")

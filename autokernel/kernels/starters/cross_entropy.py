@@ -16,8 +16,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -97,13 +99,13 @@ def kernel_fn(logits, targets, ignore_index=-100):
     out = torch.empty((), device=logits.device, dtype=torch.float32)
     if N == 0:
         return out.fill_(float("nan"))
-    block = min(BLOCK_V, triton.next_power_of_2(V))
+    block = min(BLOCK_V, next_power_of_2(V))
     warps = max(1, min(NUM_WARPS, block // 32))
     launch(_ce_row_loss_kernel, (N,),
         logits, targets, losses, V, logits.stride(0), logits.stride(1), targets.stride(0), ignore_index,
         BLOCK=block, num_warps=warps, num_stages=NUM_STAGES,
     )
-    mean_block = min(MEAN_BLOCK, triton.next_power_of_2(N))
+    mean_block = min(MEAN_BLOCK, next_power_of_2(N))
     launch(_ce_mean_kernel, (1,),
         losses, targets, out, N, targets.stride(0), ignore_index,
         BLOCK=mean_block, num_warps=max(1, min(8, mean_block // 32)),

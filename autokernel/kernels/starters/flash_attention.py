@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -203,8 +205,8 @@ def kernel_fn(q, k, v, causal, scale=None):
         return o
     sm_scale = (1.0 / math.sqrt(D)) if scale is None else float(scale)
     block_m, block_n, warps, stages, precision = _config(q.dtype)
-    block_d = max(16, triton.next_power_of_2(D))
-    grid = (triton.cdiv(S, block_m), B * H)
+    block_d = max(16, next_power_of_2(D))
+    grid = (cdiv(S, block_m), B * H)
     launch(_attn_fwd, grid,
         q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),

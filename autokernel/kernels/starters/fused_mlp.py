@@ -13,8 +13,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -188,14 +190,14 @@ def kernel_fn(x, w_gate, w_up, w_down):
     (gbm, gbn, gbk, gw, gs), (dbm, dbn, dbk, dw, ds), precision = _configs(x.dtype)
 
     h = torch.empty((T, F), device=x.device, dtype=x.dtype)
-    launch(_gate_up_kernel, (triton.cdiv(T, gbm) * triton.cdiv(F, gbn),),
+    launch(_gate_up_kernel, (cdiv(T, gbm) * cdiv(F, gbn),),
         x, w_gate, w_up, h, T, F, D,
         x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1),
         h.stride(0), h.stride(1),
         BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, EVEN_K=(D % gbk == 0), PRECISION=precision,
         num_warps=gw, num_stages=gs,
     )
-    launch(_down_kernel, (triton.cdiv(T, dbm) * triton.cdiv(D, dbn),),
+    launch(_down_kernel, (cdiv(T, dbm) * cdiv(D, dbn),),
         h, w_down, out, T, D, F,
         h.stride(0), h.stride(1), w_down.stride(0), w_down.stride(1), out.stride(0), out.stride(1),
         BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, EVEN_K=(F % dbk == 0), PRECISION=precision,

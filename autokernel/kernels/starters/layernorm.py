@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -52,6 +54,8 @@ SEARCH_SPACE = {
     "SPLIT_PROGRAMS": [0, 264, 528, 1056],
     "STATS": ["two_pass", "shifted"],
 }
+
+STRUCTURAL = ["STATS"]  # one reduction of (sum d, sum d^2), or two passes
 
 DETERMINISTIC = True  # fixed reduction tree
 
@@ -204,14 +208,14 @@ def _layernorm_segment_norm(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, cols, seg_len
 
 def _split_rows(x, weight, bias, y, eps, args):
     rows, cols = x.shape
-    segs = min(MAX_SEGMENTS, triton.cdiv(SPLIT_PROGRAMS, rows), triton.cdiv(cols, LOOP_BLOCK))
-    seg_len = triton.cdiv(triton.cdiv(cols, segs), LOOP_BLOCK) * LOOP_BLOCK
-    segs = triton.cdiv(cols, seg_len)
+    segs = min(MAX_SEGMENTS, cdiv(SPLIT_PROGRAMS, rows), cdiv(cols, LOOP_BLOCK))
+    seg_len = cdiv(cdiv(cols, segs), LOOP_BLOCK) * LOOP_BLOCK
+    segs = cdiv(cols, seg_len)
     stats = torch.empty((rows, segs, 3), device=x.device, dtype=torch.float32)
     launch(_layernorm_segment_stats, (rows, segs), x, stats, cols, seg_len, segs, args[0], args[1], BLOCK=LOOP_BLOCK,
                                            num_warps=LOOP_WARPS)
     launch(_layernorm_segment_norm, (rows, segs), x, weight, bias, y, stats, cols, seg_len, segs, float(eps), *args,
-                                          BLOCK=LOOP_BLOCK, SEGS=max(triton.next_power_of_2(segs), 2),
+                                          BLOCK=LOOP_BLOCK, SEGS=max(next_power_of_2(segs), 2),
                                           num_warps=LOOP_WARPS)
     return y
 
@@ -225,10 +229,10 @@ def kernel_fn(x, weight, bias, eps):
         x = x.contiguous()  # column offsets are 32-bit in the kernels
     args = (x.stride(0), x.stride(1), weight.stride(0), bias.stride(0), y.stride(0))
     if cols <= MAX_FUSED_COLS:
-        block_n = max(triton.next_power_of_2(cols), 16)
-        rows_per = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(rows)))
+        block_n = max(next_power_of_2(cols), 16)
+        rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        launch(_layernorm_fused, (triton.cdiv(rows, rows_per),),
+        launch(_layernorm_fused, (cdiv(rows, rows_per),),
             x, weight, bias, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
             EVEN=block_n == cols and rows % rows_per == 0,
             num_warps=warps)

@@ -40,8 +40,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -106,6 +108,9 @@ SEARCH_SPACE = {
     "PAD_UNALIGNED": ["pad", "as_is"],
 }
 
+# the tunables that switch code paths rather than sizes (the search names them in its descriptions)
+STRUCTURAL = ["VARIANT", "SPLIT_K", "FP32_PRECISION", "FP32_B_LAYOUT", "PAD_UNALIGNED"]
+
 DETERMINISTIC = True  # each output tile is reduced in a fixed K order (split-K partials summed in order)
 
 SMEM_LIMIT = 227 * 1024  # H100/H200 opt-in shared memory per block
@@ -126,6 +131,16 @@ def valid_config(cfg):
     # accumulator gets half the budget
     fp32_acc_regs = cfg["FP32_BLOCK_M"] * cfg["FP32_BLOCK_N"] // (32 * cfg["FP32_NUM_WARPS"])
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and acc_regs <= 256 and fp32_acc_regs <= 128
+
+
+def effective_config(cfg, dtype):
+    # fp32 inputs run the FP32_* tiles, 16-bit inputs the others (TMA is 16-bit only): the search
+    # does not spend trials on tunables the kernel's dtype never reads
+    if dtype == "float32":
+        unused = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "VARIANT"]
+    else:
+        unused = [k for k in cfg if k.startswith("FP32_")]
+    return {k: v for k, v in cfg.items() if k not in unused}
 
 
 @triton.jit
@@ -264,9 +279,9 @@ def _splits(programs, K, bk, chunk_min, below):
     (1, K) when no split is wanted."""
     if SPLIT_K != "auto" or programs >= below:
         return 1, K
-    want = max(1, min(triton.cdiv(SPLIT_K_PROGRAMS, programs), K // max(1, chunk_min)))
-    k_split = triton.cdiv(triton.cdiv(K, want), bk) * bk
-    return triton.cdiv(K, k_split), k_split
+    want = max(1, min(cdiv(SPLIT_K_PROGRAMS, programs), K // max(1, chunk_min)))
+    k_split = cdiv(cdiv(K, want), bk) * bk
+    return cdiv(K, k_split), k_split
 
 
 def _aligned(t, inner_dim):
@@ -275,7 +290,7 @@ def _aligned(t, inner_dim):
     if PAD_UNALIGNED != "pad" or t.stride(inner_dim) != 1 or t.stride(outer) % 16 == 0 or t.shape[outer] <= 1:
         return t
     inner = t.shape[inner_dim]
-    padded = triton.cdiv(inner, 16) * 16
+    padded = cdiv(inner, 16) * 16
     if inner_dim == 1:
         buf = torch.empty((t.shape[0], padded), device=t.device, dtype=t.dtype)[:, :inner]
     else:
@@ -289,7 +304,7 @@ def _load_cols(b):
     and every row, the last included, has that many columns inside B's storage (a padded buffer
     from _aligned always does); N otherwise."""
     k, n = b.shape
-    n16 = triton.cdiv(n, 16) * 16
+    n16 = cdiv(n, 16) * 16
     if n16 == n or b.stride(1) != 1 or (k > 1 and b.stride(0) < n16):
         return n
     end = (b.storage_offset() + (k - 1) * b.stride(0) + n16) * b.element_size()
@@ -300,12 +315,12 @@ def _gemv(a, b, c):
     """c[M, 1] = a[M, K] @ b[K, 1]."""
     M, K = a.shape
     bm, bk = GEMV_BLOCK_M, GEMV_BLOCK_K
-    programs = triton.cdiv(M, bm)
+    programs = cdiv(M, bm)
     splits, k_split = _splits(programs, K, bk, max(bk, SPLIT_K_MIN_CHUNK), SPLIT_K_PROGRAMS)
     part = torch.empty((splits, M), device=a.device, dtype=torch.float32)
     launch(_gemv_kernel, (programs, splits), a, b, part, M, K, k_split, a.stride(0), a.stride(1), b.stride(0),
                                      BM=bm, BK=bk, num_warps=GEMV_WARPS)
-    launch(_sum_splits_kernel, (triton.cdiv(M, 1024),), part, c, splits, M, 1, c.stride(0), c.stride(1), BLOCK=1024)
+    launch(_sum_splits_kernel, (cdiv(M, 1024),), part, c, splits, M, 1, c.stride(0), c.stride(1), BLOCK=1024)
     return c
 
 
@@ -346,7 +361,7 @@ def kernel_fn(a, b):
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
     a = _aligned(a, 1)
     b = _aligned(b, 0 if b.stride(0) == 1 and b.stride(1) != 1 else 1)
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
     splits, k_split = _splits(tiles, K, bk, SPLIT_K_MIN_CHUNK, SPLIT_K_BELOW_TILES)
     if splits > 1:
         part = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
@@ -356,7 +371,7 @@ def kernel_fn(a, b):
             BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, EVEN_K=(K % bk == 0), PRECISION=precision,
             num_warps=warps, num_stages=stages,
         )
-        launch(_sum_splits_kernel, (triton.cdiv(M * N, 1024),), part, c, splits, M * N, N, c.stride(0), c.stride(1),
+        launch(_sum_splits_kernel, (cdiv(M * N, 1024),), part, c, splits, M * N, N, c.stride(0), c.stride(1),
                                                         BLOCK=1024)
         return c
     grid = (tiles,)
@@ -395,7 +410,7 @@ def bmm(a, b):
     bm, bn, bk, warps, stages, precision = _config(a.dtype)
     if a.dtype == torch.float32 and FP32_B_LAYOUT == "copy" and b.stride(1) == 1 and b.stride(2) != 1:
         b = b.contiguous()  # K-contiguous B: see FP32_B_LAYOUT in the module docstring
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), nb)
+    grid = (cdiv(M, bm) * cdiv(N, bn), nb)
     launch(_matmul_tile_kernel, grid,
         a, b, c, M, N, K,
         a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1), c.stride(2),

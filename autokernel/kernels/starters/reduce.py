@@ -21,8 +21,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -103,10 +105,10 @@ def _col_sum_kernel(x_ptr, out_ptr, R, INNER, stride_o, stride_r, stride_i, seg_
 
 def _launch(x, out, out_stride_r, n_seg, seg_len, scale):
     R, C = x.shape
-    block = min(BLOCK_C, triton.next_power_of_2(min(seg_len, C)))
-    rows = max(1, min(TILE // block, triton.next_power_of_2(R)))
+    block = min(BLOCK_C, next_power_of_2(min(seg_len, C)))
+    rows = max(1, min(TILE // block, next_power_of_2(R)))
     warps = max(1, min(NUM_WARPS, rows * block // 32))
-    grid = (triton.cdiv(R, rows), n_seg)
+    grid = (cdiv(R, rows), n_seg)
     launch(_row_sum_kernel, grid, x, out, R, C, x.stride(0), x.stride(1), seg_len, out_stride_r, scale,
                           ROWS=rows, BLOCK=block, num_warps=warps, num_stages=NUM_STAGES)
 
@@ -118,17 +120,17 @@ def _row_sums(x, scale):
         return out
     if C == 0:
         return out.fill_(0.0 * scale)  # a mean over nothing is nan, as torch's
-    chunks = triton.cdiv(C, BLOCK_C)
+    chunks = cdiv(C, BLOCK_C)
     # Rows of one chunk or less are packed; longer rows get one program each, or several when
     # there are too few rows to occupy the GPU.
     n_seg = 1
     if chunks > 1 and R < MIN_PROGRAMS:
-        n_seg = min(chunks, triton.cdiv(MIN_PROGRAMS, R))
+        n_seg = min(chunks, cdiv(MIN_PROGRAMS, R))
     if n_seg == 1:
         _launch(x, out, 1, 1, C, scale)
         return out
-    seg_len = triton.cdiv(chunks, n_seg) * BLOCK_C
-    n_seg = triton.cdiv(C, seg_len)
+    seg_len = cdiv(chunks, n_seg) * BLOCK_C
+    n_seg = cdiv(C, seg_len)
     partial = torch.empty((R, n_seg), device=x.device, dtype=torch.float32)
     _launch(x, partial, n_seg, n_seg, seg_len, 1.0)
     _launch(partial, out, 1, 1, n_seg, scale)  # scaled once, at the rounding
@@ -138,7 +140,7 @@ def _row_sums(x, scale):
 def _launch_cols(x3, out, n_seg, seg_len, r_block, i_block, scale):
     outer, R, inner = x3.shape
     warps = max(1, min(NUM_WARPS, r_block * i_block // 32))
-    grid = (outer * triton.cdiv(inner, i_block), n_seg)
+    grid = (outer * cdiv(inner, i_block), n_seg)
     launch(_col_sum_kernel, grid, x3, out, R, inner, x3.stride(0), x3.stride(1), x3.stride(2), seg_len,
                           n_seg * inner, inner, scale, R_BLOCK=r_block, I_BLOCK=i_block, num_warps=warps)
 
@@ -150,21 +152,21 @@ def _col_sums(x3, scale):
         return out
     if R == 0:
         return out.fill_(0.0 * scale)
-    i_block = min(INNER_BLOCK, triton.next_power_of_2(inner))
-    r_block = max(1, min(COL_TILE // i_block, triton.next_power_of_2(R)))
-    programs = outer * triton.cdiv(inner, i_block)
-    chunks = triton.cdiv(R, r_block)
+    i_block = min(INNER_BLOCK, next_power_of_2(inner))
+    r_block = max(1, min(COL_TILE // i_block, next_power_of_2(R)))
+    programs = outer * cdiv(inner, i_block)
+    chunks = cdiv(R, r_block)
     n_seg = 1
     if chunks > 1 and programs < MIN_PROGRAMS:
-        n_seg = min(chunks, triton.cdiv(MIN_PROGRAMS, programs))
+        n_seg = min(chunks, cdiv(MIN_PROGRAMS, programs))
     if n_seg == 1:
         _launch_cols(x3, out, 1, R, r_block, i_block, scale)
         return out
-    seg_len = triton.cdiv(chunks, n_seg) * r_block
-    n_seg = triton.cdiv(R, seg_len)
+    seg_len = cdiv(chunks, n_seg) * r_block
+    n_seg = cdiv(R, seg_len)
     partial = torch.empty((outer, n_seg, inner), device=x3.device, dtype=torch.float32)
     _launch_cols(x3, partial, n_seg, seg_len, r_block, i_block, 1.0)
-    p_block = max(1, min(COL_TILE // i_block, triton.next_power_of_2(n_seg)))
+    p_block = max(1, min(COL_TILE // i_block, next_power_of_2(n_seg)))
     _launch_cols(partial, out, 1, n_seg, p_block, i_block, scale)
     return out
 

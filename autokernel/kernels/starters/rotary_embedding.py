@@ -14,8 +14,10 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import launch
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
 except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
@@ -102,10 +104,10 @@ def kernel_fn(x, cos, sin):
     if out.numel() == 0:
         return out
     half = D // 2
-    block_d = triton.next_power_of_2(half)
-    block_s = min(BLOCK_S, triton.next_power_of_2(S))
-    heads = min(HEADS_PER_PROG, triton.next_power_of_2(B * H))
-    grid = (triton.cdiv(S, block_s), triton.cdiv(B * H, heads))
+    block_d = next_power_of_2(half)
+    block_s = min(BLOCK_S, next_power_of_2(S))
+    heads = min(HEADS_PER_PROG, next_power_of_2(B * H))
+    grid = (cdiv(S, block_s), cdiv(B * H, heads))
     launch(_rope_kernel, grid,
         x, cos, sin, out, B * H, H, S,
         *x.stride(), *cos.stride(), *sin.stride(), *out.stride(),
