@@ -45,19 +45,19 @@ class StageTimeout(BaseException):
 _armed = [False]  # a list, not a rebound global: the integrity snapshot's copy of this module stays equal
 
 
-def _alarm(signum, frame):
+def on_alarm(signum, frame):
     if _armed[0]:
         raise StageTimeout()
 
 
-def _arm(seconds: float) -> None:
+def arm(seconds: float) -> None:
     """Raise StageTimeout after `seconds`, then again every 0.25 s until disarmed: code that
     swallows one exception (Triton, torch and candidates have broad excepts) cannot hide a hang."""
     _armed[0] = True
     signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
 
 
-def _disarm() -> None:
+def disarm() -> None:
     _armed[0] = False
     signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -69,11 +69,11 @@ def environment() -> dict:
     return info
 
 
-def _tail(text: str, n: int = 3000) -> str:
+def tail_text(text: str, n: int = 3000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _root(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The original exception: the Triton interpreter wraps what a kernel raises (our stage alarm
     and bounds check included) in an InterpreterError."""
     seen = set()
@@ -88,7 +88,7 @@ def _root(exc: BaseException) -> BaseException:
 
 def classify(exc: BaseException) -> tuple[str, bool]:
     """(outcome, the CUDA context is poisoned and the worker must restart)."""
-    exc = _root(exc)
+    exc = root_cause(exc)
     name = type(exc).__name__
     text = str(exc)
     if isinstance(exc, StageTimeout):
@@ -173,16 +173,16 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
     restart = False
     if CHANGED(_integrity()):  # a previous candidate got past the check: never judge in a tampered process
         return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
-    old = signal.signal(signal.SIGALRM, _alarm)
+    old = signal.signal(signal.SIGALRM, on_alarm)
     stage = "load"
     recording = None
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
-        _arm(max(0.5, 0.5 * timeout_s))
+        arm(max(0.5, 0.5 * timeout_s))
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
-        _disarm()
+        disarm()
         verify_integrity()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
@@ -195,12 +195,12 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             recording.__enter__()
         for name, func in STAGE_FUNCS:
             stage = name
-            _arm(_stage_limit(name, timeout_s, deadline))
+            arm(_stage_limit(name, timeout_s, deadline))
             try:
                 verdict = func(ctx)
             except CheckFailure as exc:
                 verdict = StageVerdict(name, "fail", str(exc))
-            _disarm()
+            disarm()
             res.stages.append(verdict)
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
@@ -227,22 +227,22 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             from autokernel.bench.time_candidate import time_all
 
             why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline, notify)
-            _disarm()
+            disarm()
             if why:  # what it returned while timed was wrong, or work ran outside the timed stream
                 res.outcome, res.error = CHEAT, f"timing: {why}"
                 return {"result": res.to_dict(), "restart": False}
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
     except Tampered as exc:  # never judge again in this process
-        _disarm()
+        disarm()
         res.outcome, res.error = CHEAT, str(exc)
         return {"result": res.to_dict(), "restart": True}
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
-        _disarm()
+        disarm()
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
         outcome, restart = classify(exc)
-        exc = _root(exc)
+        exc = root_cause(exc)
         res.outcome = outcome
         if stage != "load" and stage != "timing" and not any(s.name == stage for s in res.stages):
             res.stages.append(StageVerdict(stage, "error", exception_detail(exc, outcome)))
@@ -251,11 +251,11 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         elif isinstance(exc, KernelFileError):
             res.error = exc.one_line()
         else:
-            res.error = _tail(f"{stage}: " + "".join(traceback.format_exception(exc)))
+            res.error = tail_text(f"{stage}: " + "".join(traceback.format_exception(exc)))
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
-        _disarm()
+        disarm()
         if recording is not None:
             recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)

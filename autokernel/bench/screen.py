@@ -50,20 +50,20 @@ def screen_request(req: dict, notify=None) -> dict:
                       device=judge.environment()["name"], gpu_timing=False)
     res.extra.update(screen=True, config=req.get("config") or {}, shapes=[shape], weights=[1.0],
                      interpreted=not cuda)
-    old = signal.signal(signal.SIGALRM, judge._alarm)
+    old = signal.signal(signal.SIGALRM, judge.on_alarm)
     stage = "load"
     restart = False
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
-        judge._arm(max(0.5, 0.5 * timeout_s))
+        judge.arm(max(0.5, 0.5 * timeout_s))
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
         fn = entry_point(mod)
         ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
                            deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__)
         stage = "smoke"
-        judge._arm(max(0.5, 0.8 * timeout_s))
+        judge.arm(max(0.5, 0.8 * timeout_s))
         try:
             verdict = smoke(ctx)
             ctx.check(shape, dt)
@@ -84,10 +84,10 @@ def screen_request(req: dict, notify=None) -> dict:
             res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
             res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
                                        "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
-        judge._disarm()
+        judge.disarm()
         res.outcome = CORRECT
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
-        judge._disarm()
+        judge.disarm()
         if isinstance(exc, KeyboardInterrupt):
             raise
         outcome, restart = judge.classify(exc)
@@ -101,7 +101,7 @@ def screen_request(req: dict, notify=None) -> dict:
         if stage != "load":
             res.stages.append(StageVerdict("smoke", "error", judge.exception_detail(exc, outcome)))
     finally:
-        judge._disarm()
+        judge.disarm()
         signal.signal(signal.SIGALRM, old)
         if cuda:
             try:

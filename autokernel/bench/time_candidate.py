@@ -17,7 +17,7 @@ import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
-from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, _arm, _disarm
+from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, arm, disarm
 from autokernel.bench.launches import Launches, library_reason, record_gpu
 from autokernel.bench.across_calls import Refill, Sampled, spec_expected
 from autokernel.kernels.spec import to_dtype
@@ -34,17 +34,17 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     def bench_work(fn_, *a):
         t0 = time.monotonic()
         notify({"extend_s": BASELINE_S})  # the parent's hard limit moves with this clock
-        _arm(BASELINE_S)
+        arm(BASELINE_S)
         try:
             return fn_(*a)
         finally:
-            _disarm()
+            disarm()
             spent = time.monotonic() - t0
             bench_time[0] += spent
             notify({"extend_s": spent - BASELINE_S})
 
     def candidate_clock() -> None:
-        _arm(max(1.0, deadline + bench_time[0] - time.monotonic() - 0.5))
+        arm(max(1.0, deadline + bench_time[0] - time.monotonic() - 0.5))
 
     ceilings = req.get("ceilings") or bench_work(ceil_mod.ceilings_here)
     candidate_clock()

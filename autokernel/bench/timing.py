@@ -43,7 +43,7 @@ _baselines: dict[tuple, tuple[float | None, float | None]] = {}
 _eager_walls: dict[tuple, float] = {}
 
 
-def _flush_buffer(device: str) -> torch.Tensor:
+def flush_buffer(device: str) -> torch.Tensor:
     if device not in _flush:
         _flush[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
     return _flush[device]
@@ -78,7 +78,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
     from autokernel.bench.across_calls import SAMPLES, choose
 
-    flush = _flush_buffer(device)
+    flush = flush_buffer(device)
     fn(*args)
     torch.cuda.synchronize()
     # Warm-up for WARMUP_MS and an estimate of one call to choose the repetition count.

@@ -48,9 +48,9 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> d
     """KernelBench timing: WARMUP calls, then `reps` trials (the first discarded), each on inputs
     refilled in place after an L2 flush; CUDA events around the call on the current stream
     (`stream`), and a second end event after a device-wide synchronize (`device`)."""
-    from autokernel.bench.timing import _flush_buffer
+    from autokernel.bench.timing import flush_buffer
 
-    flush = _flush_buffer("cuda")
+    flush = flush_buffer("cuda")
     args = inputs.args
     for _ in range(WARMUP):
         fn(*args)
@@ -110,7 +110,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
     device = "cuda" if cuda else "cpu"
     inputs = Inputs(prob, device, seed + 7919)
     if not cuda:
-        bj._arm(max(1.0, deadline - time.monotonic() - 0.5))
+        bj.arm(max(1.0, deadline - time.monotonic() - 0.5))
         sampled = kb_sampled(prob, init, device, seed, inputs)
         with torch.no_grad():
             t = time_cpu(new, inputs, sampled=sampled)
@@ -121,7 +121,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
                 _baselines[key] = (time_cpu(ref, inputs)["median_us"], None)
                 del ref
             why = sampled.verdict()
-        bj._disarm()
+        bj.disarm()
         if why:
             return why
         res.latency_us, res.latency_iqr_us = t["median_us"], t["iqr_us"]
@@ -144,33 +144,33 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     if key not in _baselines:
         notify({"extend_s": 2 * BASELINE_S})
         t0 = time.monotonic()
-        bj._arm(BASELINE_S)
+        bj.arm(BASELINE_S)
         try:
             torch.manual_seed(seed)
             ref = prob.Model(*init).to("cuda")
             with torch.no_grad():
                 eager = time_gpu(ref, inputs, REPS)
-            bj._disarm()
-            bj._arm(BASELINE_S)
+            bj.disarm()
+            bj.arm(BASELINE_S)
             try:
                 compiled = torch.compile(ref, mode=COMPILE_MODE)
                 with torch.no_grad():
                     comp = time_gpu(compiled, inputs, REPS)["median_us"]
                 comp_err = None
             except bj.StageTimeout:
-                bj._disarm()
+                bj.disarm()
                 comp, comp_err = None, f"torch.compile did not finish within {BASELINE_S:.0f} s"
             except Exception as exc:  # an inductor failure must not sink the candidate
-                bj._disarm()
+                bj.disarm()
                 comp, comp_err = None, f"{type(exc).__name__}: {str(exc)[:300]}"
             _baselines[key] = (eager["median_us"], comp, comp_err)
             del ref
         finally:
-            bj._disarm()
+            bj.disarm()
             baseline_s = time.monotonic() - t0
             notify({"extend_s": baseline_s - 2 * BASELINE_S})
     eager_us, comp_us, comp_err = _baselines[key]
-    bj._arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
+    bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
     sampled = kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
         t = time_gpu(new, inputs, reps, sampled)
@@ -180,7 +180,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
             t = t2
             res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
         why = sampled.verdict()
-    bj._disarm()
+    bj.disarm()
     if why:
         return why
     res.extra.update(device_sync_us=t["device_us"], reps=t["reps"], warmup=WARMUP, compile_mode=COMPILE_MODE,

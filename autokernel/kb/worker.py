@@ -152,7 +152,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     res.extra.update(problem=req.get("problem_name"), interpreted=not cuda)
     timeout_s = float(req.get("timeout_s") or 600)
     seed = int(req.get("seed", 42))
-    old = signal.signal(signal.SIGALRM, bj._alarm)
+    old = signal.signal(signal.SIGALRM, bj.on_alarm)
     stage = "load"
     restart = False
     recording = None
@@ -164,7 +164,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         return {"result": res.to_dict(), "restart": "modified the judge" in why}
 
     try:
-        bj._arm(timeout_s)
+        bj.arm(timeout_s)
         code = req["problem_code"]
         prob = load_source(code, "kb_problem_" + hashlib.sha256(code.encode()).hexdigest()[:16])
         snapshot = judge_snapshot(extra_modules=[prob])
@@ -239,7 +239,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
         res.outcome = CORRECT
-        bj._disarm()
+        bj.disarm()
         if req.get("timing", True):
             stage = "timing"
             why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
@@ -247,20 +247,20 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
     except BaseException as exc:
-        bj._disarm()
+        bj.disarm()
         if isinstance(exc, KeyboardInterrupt):
             raise
         outcome, restart = bj.classify(exc)
-        root = bj._root(exc)
+        root = bj.root_cause(exc)
         res.outcome = outcome if outcome != CORRECT else CRASHED
         if isinstance(root, KernelFileError):
             res.outcome, res.error = COMPILE_ERROR, root.one_line()
         elif isinstance(root, bj.StageTimeout):
             res.error = f"{stage}: exceeded its time limit ({timeout_s:.0f} s)"
         else:
-            res.error = bj._tail(f"{stage}: " + "".join(traceback.format_exception(root)))
+            res.error = bj.tail_text(f"{stage}: " + "".join(traceback.format_exception(root)))
     finally:
-        bj._disarm()
+        bj.disarm()
         if recording is not None:
             recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)
