@@ -136,7 +136,8 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, d
     ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
     a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
     Triton's and Inductor's compile caches live under the home (compile artefacts survive the worker
-    and the run). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings
+    and the run); a sandboxed worker keeps them in the sandbox's scratch folder instead (the home
+    is read-only there, bench/sandbox.py). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings
     are, "screen": the worker's cheap screen, timed the same way as the judge})."""
     import functools
     import platform

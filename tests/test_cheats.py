@@ -109,6 +109,32 @@ def test_a_judge_that_caught_tampering_starts_afresh(worker):
     assert worker.restarts == before + 1
 
 
+# what the loop's cheap screen (bench/screen.py) already refuses: tampering at import or in a call
+# (the worker restarts), a library call, a reused buffer; the rest is left to the full judgement
+SCREEN = {
+    "torch_patch": (CHEAT, "screen: the candidate modified the bench itself (torch.Tensor (a new attribute 'sum'))"),
+    "event_patch": (CHEAT, "torch.cuda.Event"),
+    "spec_rewrite_gc": (CHEAT, "modified the bench itself (spec reduce.reference)"),
+    "lib_aten_ops": (CHEAT, "screen: library/torch ops did"),
+    "persistent_buffer": (INCORRECT, "reuses the memory of an output it returned before"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(SCREEN))
+def test_the_screen_refuses_the_planted_cheat(worker, name):
+    outcome, phrase = SCREEN[name]
+    worker.info  # a live worker to start with
+    before = worker.restarts
+    res = worker.screen(CHEATS / "bench" / f"{name}.py", shapes=[{"rows": 3, "cols": 40}], timeout_s=120)
+    assert res.outcome == outcome, (res.outcome, res.error)
+    assert phrase in res.error, res.error
+    _one_line(res.error)
+    good = Path(__file__).parent / "faults" / "good.py"
+    assert worker.judge(good, quick=True, timeout_s=120).outcome == CORRECT  # never in a tampered process
+    assert worker.restarts == before + (outcome == CHEAT and "modified" in res.error)
+
+
 @pytest.mark.timeout(300)
 def test_honest_while_checked_wrong_while_timed_is_caught_by_the_cpu_timing(worker):
     """The loop's CPU judge times a correct candidate on inputs refilled in place and checks two of

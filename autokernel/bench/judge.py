@@ -120,18 +120,26 @@ class Tampered(Exception):
     """After a call of the candidate, something the judge trusts is not as it was."""
 
 
+TAMPERED_WORKER = "the bench worker was tampered with; restart it"
 _snapshots: list = []  # the worker's integrity snapshot, taken before the first candidate is imported
 
 
 def _integrity():
     """The snapshot of everything the judge trusts (integrity.py), taken once per worker."""
     if not _snapshots:
-        from autokernel.bench import across_calls, gpu_compile, stages, time_candidate, timing  # noqa: F401 (snapshotted)
+        from autokernel.bench import (across_calls, gpu_compile, screen, stages, time_candidate,  # noqa: F401
+                                      timing)  # (snapshotted)
         from autokernel.bench.integrity import judge_snapshot
         from autokernel.kernels import KERNEL_TYPES, get_spec
 
         _snapshots.append(judge_snapshot(specs=[get_spec(t) for t in KERNEL_TYPES]))
     return _snapshots[0]
+
+
+def worker_tampered() -> bool:
+    """A previous candidate got past the checks (the snapshot is taken here when it is the first):
+    never judge or screen again in this process."""
+    return bool(CHANGED(_integrity()))
 
 
 def verify_integrity() -> None:
@@ -171,8 +179,8 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
-    if CHANGED(_integrity()):  # a previous candidate got past the check: never judge in a tampered process
-        return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
+    if worker_tampered():
+        return {"bench_error": TAMPERED_WORKER, "restart": True}
     old = signal.signal(signal.SIGALRM, on_alarm)
     stage = "load"
     recording = None
