@@ -169,14 +169,15 @@ def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, d
 
 def verify_run(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:
     try:
-        from autokernel.verify import verify
+        from autokernel.verify_isolated import verify_isolated
     except ImportError as exc:
         return None, f"verify is not available: {exc}"
     try:
         # only what the loop kept goes in: on a CPU every other kernel would be a starter run
-        # through the interpreter for nothing (minutes on a non-tiny model)
-        result = verify(store, workspace, run_id=run_id, only_kept=True,
-                        progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
+        # through the interpreter for nothing (minutes on a non-tiny model); the kept kernels are
+        # an LLM's code, so they run in the bench's sandbox, not in this process (it holds the key)
+        result = verify_isolated(store, workspace, run_id=run_id, only_kept=True,
+                                 progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
     except AutoKernelError as exc:
         return None, exc.one_line()
     data = result.to_dict() if hasattr(result, "to_dict") else dict(getattr(result, "__dict__", {}))
