@@ -242,3 +242,67 @@ def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem, name
         assert "of its GPU time" in res.error, res.error
     else:
         assert phrase in res.error, res.error
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
+    """Issue 19: the judge's cost per candidate grows by < 20%. What the anti-cheat adds to a
+    judgement (inputs refilled and outputs sampled in the timing loop, the refilled wall-clock pass,
+    one profiled call per timed shape for the library share, the integrity check after every call),
+    measured here against the same timing without them, over the rest of a warm judgement of the
+    rmsnorm starter (compiled kernel and baselines cached: the smallest a loop's judgement gets)."""
+    import time
+
+    import torch
+
+    from autokernel.bench import timing
+    from autokernel.bench.across_calls import Refill, Sampled, spec_expected
+    from autokernel.bench.integrity import CHANGED, judge_snapshot
+    from autokernel.bench.launches import Launches, record_gpu
+    from autokernel.kernelfile import entry_point, import_kernel, read_kernel_file
+    from autokernel.kernels import get_spec, starter_path
+
+    spec, path = get_spec("rmsnorm"), starter_path("rmsnorm", "triton")
+    shapes = list(spec.default_shapes)
+    assert worker.judge(path, shapes=shapes, timeout_s=600).outcome == CORRECT  # compile and baselines
+    res = worker.judge(path, shapes=shapes, timeout_s=600)
+    assert res.outcome == CORRECT
+    fn = entry_point(import_kernel(read_kernel_file(path)))
+
+    def seconds(work) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        work()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    added = 0.0
+    for shape in shapes:
+        refill = Refill(spec, shape, torch.bfloat16, "cuda")
+        args = refill.args
+
+        def plain():
+            timing.time_call(fn, args, "cuda")
+            timing.wall_call(fn, args)
+
+        def checked():
+            sampled = Sampled(spec_expected(spec, refill))
+            timing.time_call(fn, args, "cuda", refill=refill, on_sample=sampled.take)
+            assert sampled.verdict() is None
+            timing.wall_call(fn, args, refill=refill)
+            with record_gpu(Launches()):
+                fn(*args)
+                torch.cuda.synchronize()
+
+        checked()  # the profiler's first start
+        base = min(seconds(plain), seconds(plain))
+        added += max(0.0, min(seconds(checked), seconds(checked)) - base)
+    snap = judge_snapshot(specs=[spec])
+    per_check = seconds(lambda: [CHANGED(snap) for _ in range(200)]) / 200
+    calls = sum(int(s.detail.split()[0]) for s in res.stages if s.detail and s.detail.split()[0].isdigit())
+    added += per_check * (calls + 10)
+    growth = added / (res.duration_s - added)
+    print(f"judgement {res.duration_s:.2f} s, anti-cheat {added:.2f} s ({100 * growth:.1f}% more); "
+          f"integrity {1e3 * per_check:.2f} ms per call x {calls} calls")
+    assert growth < 0.2, (res.duration_s, added)
