@@ -52,10 +52,15 @@ def listener():
     srv.close()
 
 
-def _fill(text: str, secret: str, port: int, targets: list[str]) -> str:
-    text = re.sub(r'^SECRET = .*$', f"SECRET = {secret!r}", text, count=1, flags=re.M)
-    text = re.sub(r'^PORT = .*$', f"PORT = {port}", text, count=1, flags=re.M)
-    return re.sub(r'^TARGETS = .*$', f"TARGETS = {targets!r}", text, count=1, flags=re.M)
+def probe_source(text: str, secret: str, port: int, targets: list[str]) -> str:
+    """A probe kernel file with tests/cheats/reach.py spliced in at its `# reach.py` line and the
+    test's key, port and targets filled in."""
+    reach = (CHEATS / "reach.py").read_text().split('"""', 2)[2]  # without its docstring
+    reach = re.sub(r'^SECRET = .*$', f"SECRET = {secret!r}", reach, count=1, flags=re.M)
+    reach = re.sub(r'^PORT = .*$', f"PORT = {port}", reach, count=1, flags=re.M)
+    reach = re.sub(r'^TARGETS = .*$', f"TARGETS = {targets!r}", reach, count=1, flags=re.M)
+    assert text.count("\n# reach.py\n") == 1
+    return text.replace("\n# reach.py\n", "\n" + reach + "\n")
 
 
 def _judge_from_a_keyed_process(tmp_path, home, what: str, source: str, secret: str, sandbox: bool) -> dict:
@@ -98,7 +103,7 @@ def targets(home, tmp_path, monkeypatch):
 
 def _source(what: str, secret: str, port: int, targets: list[str]) -> str:
     name = "bench/sandbox_probe.py" if what == "bench" else "kb/sandbox_probe.py"
-    return _fill((CHEATS / name).read_text(), secret, port, targets)
+    return probe_source((CHEATS / name).read_text(), secret, port, targets)
 
 
 @needs_sandbox

@@ -18,45 +18,17 @@ import pytest
 
 from autokernel.bench.sandbox import probe
 
-from test_sandbox import listener  # noqa: F401 (a fixture)
+from test_sandbox import listener, probe_source  # noqa: F401 (listener: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = '''
-import glob, os, socket
-
 import torch
 
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "triton"
-SECRET = {secret!r}
-PORT = {port}
-TARGETS = {targets!r}
 
-
-def reached():
-    got = [f"read the key from {{k}}" for k, v in os.environ.items() if v == SECRET]
-    for path in glob.glob("/proc/[0-9]*/environ"):
-        try:
-            with open(path, "rb") as f:
-                if SECRET.encode() in f.read():
-                    got.append(f"read the key from {{path}}")
-        except OSError:
-            pass
-    try:
-        socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
-        got.append(f"connected to 127.0.0.1:{{PORT}}")
-    except OSError:
-        pass
-    for target in TARGETS:
-        path = os.path.join(target, "planted.txt") if os.path.isdir(target) else target
-        try:
-            with open(path, "ab") as f:
-                f.write(b"planted")
-            got.append(f"wrote {{path}}")
-        except OSError:
-            pass
-    return got
+# reach.py
 
 
 def kernel_fn(x, weight, eps):
@@ -121,7 +93,7 @@ def test_the_loops_verify_runs_kept_kernels_in_the_sandbox(home, tmp_path, liste
     monkeypatch.setenv("HOME", str(user_home))
     targets = [str(home.db), str(home.workspace), str(user_home)]
     secret = "sk-planted-" + os.urandom(6).hex()
-    source = PROBE.format(secret=secret, port=listener, targets=targets)
+    source = probe_source(PROBE, secret, listener, targets)
     run_id = _setup(home, source)
     got = _verify_from_a_keyed_process(home, run_id, secret, sandbox=True)
     assert got["error"] is None, got["error"]

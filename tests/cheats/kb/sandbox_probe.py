@@ -1,10 +1,6 @@
-"""Sandbox probe (KernelBench): a correct ModelNew for 1_ReLU that first tries to read the LLM key
-from any /proc/<pid>/environ, connect to 127.0.0.1 and write into the store, the workspace and
-$HOME, and raises naming what it reached. The test fills in the constants below."""
-
-import glob
-import os
-import socket
+"""Sandbox probe (KernelBench): a correct ModelNew for 1_ReLU that first tries to reach what a
+candidate must not (tests/cheats/reach.py, spliced in below by the test): the LLM key, a socket to
+127.0.0.1, a write into the store, the workspace and $HOME; it raises naming what it reached."""
 
 import torch
 import torch.nn as nn
@@ -14,9 +10,7 @@ import triton.language as tl
 KERNEL_TYPE = "kb"
 BACKEND = "triton"
 
-SECRET = "planted-secret"
-PORT = 9
-TARGETS = []
+# reach.py
 
 
 def kernel_fn(x):
@@ -32,26 +26,7 @@ def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        got = []
-        for path in glob.glob("/proc/[0-9]*/environ"):
-            try:
-                if SECRET.encode() in open(path, "rb").read():
-                    got.append(f"read the key from {path}")
-            except OSError:
-                pass
-        try:
-            socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
-            got.append(f"connected to 127.0.0.1:{PORT}")
-        except OSError:
-            pass
-        for target in TARGETS:
-            path = os.path.join(target, "planted.txt") if os.path.isdir(target) else target
-            try:
-                with open(path, "ab") as f:
-                    f.write(b"planted")
-                got.append(f"wrote {path}")
-            except OSError:
-                pass
+        got = reached()  # noqa: F821 (spliced in)
         if got:
             raise RuntimeError("sandbox probe: " + "; ".join(got))
         x = x.contiguous()
