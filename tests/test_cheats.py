@@ -77,24 +77,26 @@ def _one_line(text: str) -> None:
     assert text and "\n" not in text and "Traceback" not in text, text
 
 
+def _rejected(res, expected: tuple[str, str], name: str, gpu: bool = False) -> None:
+    """The outcome and a phrase of its one-line reason (on a GPU a library cheat is named by its
+    share of the GPU time)."""
+    outcome, phrase = expected
+    assert res.outcome == outcome, (res.outcome, res.error)
+    assert ("of its GPU time" if gpu and name.startswith("lib_") else phrase) in res.error, res.error
+    _one_line(res.error)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(BENCH))
 def test_bench_rejects_the_planted_cheat(worker, name):
-    outcome, phrase = BENCH[name]
-    res = worker.judge(CHEATS / "bench" / f"{name}.py", quick=True, timeout_s=120)
-    assert res.outcome == outcome, (res.outcome, res.error)
-    assert phrase in res.error, res.error
-    _one_line(res.error)
+    _rejected(worker.judge(CHEATS / "bench" / f"{name}.py", quick=True, timeout_s=120), BENCH[name], name)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(KB))
 def test_kb_judge_rejects_the_planted_cheat(kb_worker, relu_problem, name):
-    outcome, phrase = KB[name]
     res = kb_worker.evaluate(relu_problem, (CHEATS / "kb" / f"{name}.py").read_text(), timeout_s=120)
-    assert res.outcome == outcome, (res.outcome, res.error)
-    assert phrase in res.error, res.error
-    _one_line(res.error)
+    _rejected(res, KB[name], name)
     assert res.latency_us is None
 
 
@@ -127,9 +129,7 @@ def test_the_screen_refuses_the_planted_cheat(worker, name):
     worker.info  # a live worker to start with
     before = worker.restarts
     res = worker.screen(CHEATS / "bench" / f"{name}.py", shapes=[{"rows": 3, "cols": 40}], timeout_s=120)
-    assert res.outcome == outcome, (res.outcome, res.error)
-    assert phrase in res.error, res.error
-    _one_line(res.error)
+    _rejected(res, SCREEN[name], name)
     good = Path(__file__).parent / "faults" / "good.py"
     assert worker.judge(good, quick=True, timeout_s=120).outcome == CORRECT  # never in a tampered process
     assert worker.restarts == before + (outcome == CHEAT and "modified" in res.error)
@@ -189,20 +189,14 @@ def test_timed_calls_see_new_values_in_the_same_memory():
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(BENCH))
 def test_bench_rejects_the_planted_cheat_on_gpu(worker, name):
-    outcome, phrase = BENCH[name]
-    res = worker.judge(CHEATS / "bench" / f"{name}.py", timeout_s=300)
-    assert res.outcome == outcome, (res.outcome, res.error)
-    if name.startswith("lib_"):
-        assert "of its GPU time" in res.error, res.error
-    else:
-        assert phrase in res.error, res.error
+    _rejected(worker.judge(CHEATS / "bench" / f"{name}.py", timeout_s=300), BENCH[name], name, gpu=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 def test_bench_late_switch_is_caught_by_timed_samples_on_gpu(worker):
     res = worker.judge(CHEATS / "bench" / "late_switch.py", quick=True, timeout_s=300)
-    assert res.outcome == CHEAT and "while timed is wrong" in res.error, (res.outcome, res.error)
+    _rejected(res, (CHEAT, "while timed is wrong"), "late_switch")
 
 
 @pytest.mark.gpu
@@ -211,6 +205,7 @@ def test_bench_side_stream_is_rejected_on_gpu(worker):
     res = worker.judge(CHEATS / "bench" / "side_stream.py", timeout_s=300)
     assert res.outcome in (CHEAT, INCORRECT), (res.outcome, res.error)
     assert "timing" in res.error or "outside atol" in res.error or "NaN" in res.error, res.error
+    _one_line(res.error)
 
 
 @pytest.mark.gpu
@@ -235,13 +230,9 @@ def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem, name
     res = kb_worker.evaluate(relu_problem, (CHEATS / "kb" / f"{name}.py").read_text(), timeout_s=300)
     if name == "side_stream":
         assert res.outcome == "cheat" and ("side streams" in res.error or "timed is wrong" in res.error), res.error
+        _one_line(res.error)
         return
-    outcome, phrase = KB[name]
-    assert res.outcome == outcome, (res.outcome, res.error)
-    if name.startswith("lib_"):
-        assert "of its GPU time" in res.error, res.error
-    else:
-        assert phrase in res.error, res.error
+    _rejected(res, KB[name], name, gpu=True)
 
 
 @pytest.mark.gpu
