@@ -67,5 +67,15 @@ def resolve_home(explicit: str | os.PathLike | None = None) -> Paths:
     return Paths(home)
 
 
+CACHE_ENV = "AUTOKERNEL_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where kernel sources and builds are cached: $AUTOKERNEL_CACHE_DIR (a judge child in the
+    sandbox, whose AutoKernel home is read-only, gets its scratch folder there), else the home's."""
+    raw = os.environ.get(CACHE_ENV)
+    return Path(raw) if raw else resolve_home().cache
+
+
 def debug_enabled() -> bool:
     return os.environ.get("AUTOKERNEL_DEBUG", "") not in ("", "0", "false", "no")

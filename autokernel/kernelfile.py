@@ -46,6 +46,7 @@ class KernelFile:
     search_space: dict[str, list[Any]]
     config: dict[str, Any]  # current values of the tunables named in the search space
     deterministic: bool = True
+    nondeterminism_reason: str = ""  # required when deterministic is False
     structural: tuple[str, ...] = ()  # the tunables that switch code paths (persistent, TMA, split-K...)
 
     @property
@@ -94,9 +95,16 @@ def parse_source(source: str, path: Path | None = None) -> KernelFile:
         raise KernelFileError(f"{where}: STRUCTURAL must be a list of names of SEARCH_SPACE")
     # a file that narrows its space (a KernelBench solution built from a starter) keeps the rest
     structural = [n for n in structural if n in space]
+    deterministic = bool(consts.get("DETERMINISTIC", True))
+    reason = consts.get("NONDETERMINISM_REASON", "")
+    if not deterministic and not (isinstance(reason, str) and reason.strip()):
+        # the determinism stage is skipped only for a stated reason (atomics, split reductions...)
+        raise KernelFileError(f"{where}: DETERMINISTIC = False needs NONDETERMINISM_REASON = \"...\" saying why two "
+                              "runs on the same inputs may differ")
     return KernelFile(path=path, source=source, kernel_type=consts["KERNEL_TYPE"], backend=consts["BACKEND"],
                       search_space={k: list(v) for k, v in space.items()}, config=config,
-                      deterministic=bool(consts.get("DETERMINISTIC", True)), structural=tuple(structural))
+                      deterministic=deterministic, nondeterminism_reason=reason.strip() if not deterministic else "",
+                      structural=tuple(structural))
 
 
 def read_kernel_file(path: str | Path) -> KernelFile:
@@ -114,11 +122,11 @@ _counter = itertools.count()
 def import_kernel(kf: KernelFile, cache_dir: Path | None = None) -> ModuleType:
     """Execute the file as a fresh module. Triton's @jit needs real source lines, so the module is
     loaded from a file (the original, or a copy named by content hash under `cache_dir`, by default
-    the AutoKernel home's cache)."""
+    the AutoKernel cache, config.cache_dir())."""
     path = kf.path
     if path is None or not path.exists() or path.read_text() != kf.source:
-        from autokernel.config import resolve_home
-        cache = Path(cache_dir) if cache_dir is not None else resolve_home().cache / "kernel_sources"
+        from autokernel.config import cache_dir as default_cache
+        cache = Path(cache_dir) if cache_dir is not None else default_cache() / "kernel_sources"
         cache.mkdir(parents=True, exist_ok=True)
         path = cache / f"k_{kf.source_hash}.py"
         if not path.exists():

@@ -139,9 +139,10 @@ def default_judge(store, emit, gpu_compile: bool = False,
     ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
     a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
     Triton's and Inductor's compile caches live under the home (compile artefacts survive the worker
-    and the run); `env` goes on top of this process's environment for the worker (--gpus 0 pins its
-    GPU). Returns (judge, worker, {"ceilings": measured or None, "device": what the timings are,
-    "screen": the worker's cheap screen, timed the same way as the judge})."""
+    and the run); a sandboxed worker keeps them in the sandbox's scratch folder instead (the home is
+    read-only there, bench/sandbox.py). `env` goes on top of this process's environment for the worker
+    (--gpus 0 pins its GPU). Returns (judge, worker, {"ceilings": measured or None, "device": what the
+    timings are, "screen": the worker's cheap screen, timed the same way as the judge})."""
     import functools
     import platform
     from pathlib import Path
@@ -172,14 +173,15 @@ def default_judge(store, emit, gpu_compile: bool = False,
 
 def verify_run(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:
     try:
-        from autokernel.verify import verify
+        from autokernel.verify_isolated import verify_isolated
     except ImportError as exc:
         return None, f"verify is not available: {exc}"
     try:
         # only what the loop kept goes in: on a CPU every other kernel would be a starter run
-        # through the interpreter for nothing (minutes on a non-tiny model)
-        result = verify(store, workspace, run_id=run_id, only_kept=True,
-                        progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
+        # through the interpreter for nothing (minutes on a non-tiny model); the kept kernels are
+        # an LLM's code, so they run in the bench's sandbox, not in this process (it holds the key)
+        result = verify_isolated(store, workspace, run_id=run_id, only_kept=True,
+                                 progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
     except AutoKernelError as exc:
         return None, exc.one_line()
     data = result.to_dict() if hasattr(result, "to_dict") else dict(getattr(result, "__dict__", {}))

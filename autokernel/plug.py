@@ -126,9 +126,12 @@ def _patch_forward(stack: ExitStack, module: nn.Module, forward: Callable) -> No
 
 
 def _patch_attr(stack: ExitStack, obj: Any, name: str, value: Any) -> None:
-    old = getattr(obj, name)
+    own = vars(obj)
+    if name in own:
+        stack.callback(setattr, obj, name, own[name])
+    else:  # inherited (torch.Tensor.sum is TensorBase's): removed again, not left behind as a copy
+        stack.callback(delattr, obj, name)
     setattr(obj, name, value)
-    stack.callback(setattr, obj, name, old)
 
 
 def _silu_act(m: nn.Module) -> bool:

@@ -30,12 +30,13 @@ import json
 import math
 import traceback
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from autokernel.amdahl import model_speedup
-from autokernel.apply_model import best_kernels
+from autokernel.apply_model import KeptKernel, best_kernels
 from autokernel.cpu_timing import CPU_LABEL
 from autokernel.extract import resolve_profile
 from autokernel.models import ModelBundle, load_model, output_tensor
@@ -73,6 +74,7 @@ class KernelVerdict:
     error: str | None = None
     op: str | None = None  # its custom op, e.g. autokernel::rmsnorm_1a2b3c4d5e
     op_kind: str | None = None  # triton_op | custom_op
+    source_hash: str | None = None  # of its source: what the dispatch decisions are recorded under
 
 
 @dataclass
@@ -115,6 +117,39 @@ class VerifyResult:
         d["failed"] = [k.name for k in self.failed]
         d["slower"] = [k.name for k in self.slower]
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifyResult":
+        known = set(cls.__dataclass_fields__)
+        out = cls(**{k: v for k, v in data.items() if k in known})
+        out.kernels = [KernelVerdict(**k) for k in data.get("kernels", [])]
+        return out
+
+
+@dataclass
+class VerifyPlan:
+    """What verify checks, read from the store and the workspace; plain data, so that the loop can
+    hand it to a sandboxed child (autokernel.verify_isolated) that never opens the store."""
+
+    model: str
+    batch: int = 1
+    seq: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    kernels: list[KeptKernel] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # not plugged: nothing kept by the loop
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in d["kernels"]:
+            k["path"] = str(k["path"]) if k["path"] is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifyPlan":
+        kernels = [KeptKernel(**{**k, "path": Path(k["path"]) if k.get("path") else None})
+                   for k in data.get("kernels", [])]
+        return cls(**{**data, "kernels": kernels})
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -230,8 +265,22 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
     uses, so that a CPU run does not spend minutes interpreting starters it never improved.
     workloads / modes: what to time (default: every workload of the model and every mode on a GPU;
     the profile's workload in eager mode on a CPU; with_compile=True adds torch.compile there).
-    progress: called with a line before each step (a large model on a CPU takes minutes)."""
-    progress = progress or (lambda message: None)
+    progress: called with a line before each step (a large model on a CPU takes minutes).
+    The kernels run in this process: the loop verifies through autokernel.verify_isolated instead."""
+    plan = plan_verify(store, workspace, run_id=run_id, model=model, batch=batch, seq=seq, dtype=dtype,
+                       device=device, kernels=kernels, only_kept=only_kept)
+    result = check_plan(plan, time_iters=time_iters, with_compile=with_compile, bundle=bundle,
+                        min_speedup=min_speedup, workloads=workloads, modes=modes, compile_backend=compile_backend,
+                        progress=progress)
+    if record:
+        record_verify(store, result)
+    return result
+
+
+def plan_verify(store: Store, workspace: Any, *, run_id: int | None = None, model: str | None = None,
+                batch: int | None = None, seq: int | None = None, dtype: str | None = None,
+                device: str | None = None, kernels: list[str] | None = None, only_kept: bool = False) -> VerifyPlan:
+    """The model, its options (from its profile unless given) and the kernels to plug in."""
     if run_id is not None:
         run = store.get_run(run_id)
         model = model or run.model
@@ -240,14 +289,24 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         model = latest.model if latest is not None and latest.model else resolve_profile(store).model
     profile = store.latest_profile(model)
     opts = json.loads(profile.config_json) if profile is not None else {}
-    batch = batch or opts.get("batch") or 1
-    seq = seq or opts.get("seq")
-    dtype = dtype or opts.get("dtype")
     if device is None and opts.get("device"):
         device = "cuda" if opts["device"].startswith("cuda") and torch.cuda.is_available() else "cpu"
+    skipped: list[str] = []
+    chosen = best_kernels(store, workspace, model, kernels, only_kept=only_kept, skipped=skipped)
+    return VerifyPlan(model=model, batch=batch or opts.get("batch") or 1, seq=seq or opts.get("seq"),
+                      dtype=dtype or opts.get("dtype"), device=device, kernels=chosen, skipped=skipped)
+
+
+def check_plan(plan: VerifyPlan, *, time_iters: int | None = None, with_compile: bool | None = None,
+               bundle: ModelBundle | None = None, min_speedup: float | None = None,
+               workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
+               compile_backend: str = "inductor", progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """verify's work without the store: load the model, plug the plan's kernels, compare, time."""
+    progress = progress or (lambda message: None)
+    model = plan.model
     if bundle is None:
         progress(f"loading {model}")
-        bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
+        bundle = load_model(model, batch=plan.batch, seq=plan.seq, dtype=plan.dtype, device=plan.device)
     on_gpu = bundle.device.type == "cuda"
 
     if min_speedup is None and on_gpu:
@@ -259,8 +318,8 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
 
     verdicts: list[KernelVerdict] = []
     good: dict[str, KernelOp] = {}
-    skipped: list[str] = []
-    candidates = best_kernels(store, workspace, model, kernels, only_kept=only_kept, skipped=skipped)
+    skipped = list(plan.skipped)
+    candidates = plan.kernels
     for i, kept in enumerate(candidates, 1):
         progress(f"[{i}/{len(candidates)}] {kept.name} plugged in alone")
         speedup = kept.speedup
@@ -270,7 +329,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
         verdicts.append(v)
         try:
             fn = register_source(kept.source)
-            v.op, v.op_kind = fn.name, fn.kind
+            v.op, v.op_kind, v.source_hash = fn.name, fn.kind, fn.source_hash
             out, rep = _run_model(bundle, inputs, {kept.kernel_type: fn})
             v.calls, v.fallbacks = rep.calls[kept.kernel_type], rep.fallbacks[kept.kernel_type]
             v.rel_error, v.max_abs_error = compare(out, ref)
@@ -327,18 +386,21 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
             result.notes.append(f"timed on the CPU ({CPU_LABEL}, median of repeated forward passes; the "
                                 "Triton interpreter when no GPU): the times say nothing about GPU speed")
     result.amdahl_prediction = model_speedup((v.share, v.gain) for v in result.plugged)
-
-    if record:
-        run = store.create_run("verify", model=model, config=bundle.options(), device=result.device)
-        result.run_id = run.id
-        store.update_run(run.id, notes=json.dumps(result.to_dict()))
-        # keyed by device: apply() only reads the decisions measured on the device it runs on
-        store.record_dispatch([dict(d, source_hash=good[d["kernel_type"]].source_hash, model=model,
-                                    device=result.device, run_id=run.id)
-                               for w in result.workloads for d in w.get("decisions", [])
-                               if d["kernel_type"] in good])
-        store.finish_run(run.id, "finished" if result.ok else "failed")
     return result
+
+
+def record_verify(store: Store, result: VerifyResult) -> None:
+    """The result as a run of kind "verify", and the per-shape decisions of the kernels it plugged in."""
+    run = store.create_run("verify", model=result.model, config=result.options, device=result.device)
+    result.run_id = run.id
+    store.update_run(run.id, notes=json.dumps(result.to_dict()))
+    # keyed by device: apply() only reads the decisions measured on the device it runs on
+    hashes = {v.kernel_type: v.source_hash for v in result.plugged}
+    store.record_dispatch([dict(d, source_hash=hashes[d["kernel_type"]], model=result.model,
+                                device=result.device, run_id=run.id)
+                           for w in result.workloads for d in w.get("decisions", [])
+                           if d["kernel_type"] in hashes])
+    store.finish_run(run.id, "finished" if result.ok else "failed")
 
 
 def _device_label(bundle: ModelBundle) -> str:

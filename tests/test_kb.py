@@ -315,7 +315,7 @@ def test_inputs_are_drawn_on_the_judging_device(device):
     problem places itself is moved there."""
     import torch
 
-    from autokernel.kb.worker import _make_inputs
+    from autokernel.kb.inputs import make_inputs as _make_inputs
 
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a GPU")

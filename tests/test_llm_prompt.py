@@ -78,6 +78,11 @@ def test_loop_kernel_prompt_has_every_item(tmp_path):
     assert "## Toolchain\nTriton " in user and "PyTorch " in user and "up to 6000 tokens" in user
     # the judge and the playbook of the backend
     assert "five stages" in system and "Tier 1" in system and "CUDA C++ playbook" not in system
+    # the anti-cheat rules of issue 19, so that an honest candidate does not trip them
+    text = " ".join(system.split())
+    assert "False without a reason is refused" in text and "never return a buffer you reuse" in text
+    assert "at most half of your call's work" in text and "work left running on another stream" in text
+    assert "sandboxed process with no network" in text and "any change to them after a call" in text
     ctx.backend = "cuda"
     system, user = build_prompt(SOURCE, get_spec("matmul"), history, None, ctx)
     assert "CUDA C++ playbook" in system and "Tier 1" not in system and "132 SMs" in system
@@ -96,6 +101,11 @@ def test_kernelbench_prompt_has_the_real_judge_shapes_and_fusion(home):
     # KernelBench's own judge, not the bench's five stages
     assert "KernelBench's protocol" in system and "5 correctness trials" in system and "atol = rtol = 1e-4" in system
     assert "five stages" not in system and "Five stages" not in system
+    # ... with the anti-cheat rules of issue 19
+    text = " ".join(system.split())
+    assert "same input tensors new values" in text and "The reference runs after your ModelNew" in text
+    assert "over 90% of its work" in text and "must not run Model's forward" in text
+    assert "sandboxed process with no network" in text
     # the problem, its shapes and its ops, and the guidance to fuse across them
     assert "class Model" in user and "## The problem's shapes" in user
     assert "Inputs (get_inputs): float32[16, 32]" in user and "Outputs: float32[16, 48]" in user

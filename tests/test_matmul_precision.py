@@ -16,7 +16,7 @@ from autokernel.kernelfile import import_kernel, parse_source, read_kernel_file,
 from autokernel.kernels import starter_path
 from autokernel.proposers.search import valid_config_fn
 
-ATOL = RTOL = 1e-4  # KernelBench's fp32 tolerance (autokernel/kb/worker.py)
+ATOL = RTOL = 1e-4  # KernelBench's fp32 tolerance (autokernel/kb/inputs.py)
 
 
 def tf32_rna(x: torch.Tensor) -> torch.Tensor:

@@ -110,3 +110,41 @@ def test_a_proposer_that_only_repeats_is_set_aside(home):
     assert [e.status for e in rows] == ["baseline"]  # the starting configuration, never judged again
     assert sum(e.kind == "duplicate" for e in events) == 3
     assert any(e.kind == "exhausted" and "judged before" in e.message for e in events)
+
+
+# -- the screen is no hole in the judge (issue 19) ---------------------------------------------------
+
+# honest for the screen's three calls (smoke twice, the heaviest shape once), then the library op
+LIBRARY_LATER = FAST.replace('''def kernel_fn(x):
+''', '''_CALLS = [0]
+
+
+def kernel_fn(x):
+    _CALLS[0] += 1
+    if _CALLS[0] > 3:
+        return x.sum(-1)
+''')
+
+
+def test_a_candidate_that_passes_the_screen_is_still_fully_judged(home):
+    """The screen sees three honest calls; the full judgement that follows sees the library op from
+    the shapes stage on and rejects it as a cheat: it is never kept."""
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home, FAST)
+
+    class Once(Scripted):
+        def propose(self, source, spec, history, last_result=None, *, kernel=None):
+            if not self.configs:
+                raise SearchExhausted("script done")
+            self.configs.pop()
+            return Proposal(source=LIBRARY_LATER, description="library after three calls", config={})
+
+    summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120, proposer=Once([{}]))
+    rows = store.list_experiments(run_id=summary.run_id)
+    cand = rows[-1]
+    assert cand.screen_us is not None, "the screen let it through (it was honest there)"
+    assert cand.stage_smoke == "pass" and cand.stage_shapes == "pass"
+    assert cand.status == "incorrect" and "library/torch ops did" in cand.error, (cand.status, cand.error)
+    assert summary.kernels[0]["kept"] == 0 and not any(e.status == "kept" for e in rows)
+    assert "_CALLS" not in ws.read(k.name)

@@ -9,9 +9,13 @@ isolated worker subprocess. Importing this package does not import torch; `calib
     calibrate(store, force=False, worker=None) -> Device           # measured ceilings, stored once
     ceilings_of(device) -> dict                                    # pass as ceilings= (GPU roofline)
 
-Module map: runner (caller side, process control), worker (child main loop), judge (one
-candidate end to end), stages (the five stages), checks (one check's guards), launches
-(anti-cheat evidence, interpreter bounds check), timing (CUDA events), ceilings (roofline).
+Module map: runner (caller side, process control), sandbox and sandbox_enter (the child's
+namespaces and read-only file system), isolation (its environment), worker (child main loop),
+judge (one candidate end to end), stages (the five stages), checks (one check's guards, the
+reference after the call), across_calls (inputs changed in place, earlier and sampled timed
+outputs re-checked), integrity (what the judge trusts, compared after every call), launches and
+share (anti-cheat evidence: own kernels, the library's share of the work, interpreter bounds
+check), time_candidate and timing (the timing stage, CUDA events), ceilings (roofline).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """One correctness check: fresh inputs, a poisoned call of the candidate, and every comparison
 DESIGN.md 4 asks for (type, shape, dtype, device, NaN/Inf, aliasing, inputs untouched, tolerance).
 
+The reference is computed after the call, from the inputs made again from their seed: while the
+candidate runs, no expected answer exists anywhere it could look (its caller's frames, the heap).
 A failed check raises CheckFailure with a one-line reason; the stage that ran it records it.
 """
 
@@ -12,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from autokernel.bench.share import paused
 from autokernel.kernels.spec import KernelSpec, Shape
 
 
@@ -24,6 +27,7 @@ class CheckReport:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     outputs: Any = None
+    args: tuple = ()  # the inputs the candidate was called with
 
 
 def make_inputs(spec: KernelSpec, shape: Shape, dtype: torch.dtype, device: str, seed: int,
@@ -36,17 +40,22 @@ def upcast(args: Sequence) -> tuple:
     return tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
 
+def meta_outputs(spec: KernelSpec, args: Sequence) -> Any:
+    """The reference's output structure (shapes, dtypes) from meta tensors: no values."""
+    try:
+        return spec.reference(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:
+        return None
+
+
 def reference_outputs(spec: KernelSpec, args: Sequence) -> tuple[Any, Any]:
     """(reference in float64 where allowed, the reference's output in the real dtype's form).
 
     The second one fixes what the candidate must return (type, shape, dtype); it is taken from
     a meta-tensor run when the reference supports it, so it costs nothing at large shapes."""
     exact = spec.reference(*upcast(args)) if spec.reference_upcast else spec.reference(*args)
-    try:
-        meta = spec.reference(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
-    except Exception:
-        meta = spec.reference(*args)
-    return exact, meta
+    meta = meta_outputs(spec, args)
+    return exact, (spec.reference(*args) if meta is None else meta)
 
 
 # -- poisoning -----------------------------------------------------------------------------------
@@ -77,12 +86,14 @@ def poisoned_empty():
     allocator hands out zeroed pages, which would hide it)."""
     originals = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
     orig_new_empty = torch.Tensor.new_empty
+    own_new_empty = "new_empty" in vars(torch.Tensor)  # else inherited (TensorBase): leave no attribute behind
 
     def wrap(fn):
         def poisoned(*args, **kwargs):
             t = fn(*args, **kwargs)
             if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta":
-                t.fill_(_poison_value(t.dtype))
+                with paused():  # the judge's fill, not the candidate's work
+                    t.fill_(_poison_value(t.dtype))
             return t
         return poisoned
 
@@ -94,7 +105,10 @@ def poisoned_empty():
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
-        torch.Tensor.new_empty = orig_new_empty
+        if own_new_empty:
+            torch.Tensor.new_empty = orig_new_empty
+        else:
+            del torch.Tensor.new_empty
 
 
 # -- comparisons ----------------------------------------------------------------------------------
@@ -201,24 +215,54 @@ def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tu
     return max_abs, max_rel
 
 
-def run_check(spec: KernelSpec, fn: Callable, args: tuple, device: str, *, exact=None, meta=None,
-              call_wrapper: Callable | None = None, scale: str = "normal") -> CheckReport:
-    """Call the candidate once on `args` under every guard and judge its output."""
-    if exact is None or meta is None:
-        exact, meta = reference_outputs(spec, args)
-    before = snapshot(args)
+def run_check(spec: KernelSpec, fn: Callable, inputs: tuple | Callable[[], tuple], device: str, *,
+              call_wrapper: Callable | None = None, scale: str = "normal", ledger=None, label: str = "",
+              args: tuple | None = None, after_call: Callable[[], None] | None = None) -> CheckReport:
+    """Call the candidate once under every guard and judge its output.
+
+    `inputs` makes the inputs (deterministically: every call returns equal values), or is the
+    inputs themselves (then copied before the call). The reference is computed after the call,
+    from inputs made again. `args`: call with these tensors instead, after copying the made
+    inputs' values into them in place (the same memory with new contents: a result cached by
+    address fails). `ledger` (across_calls.OutputLedger): earlier outputs that must survive this call.
+    `after_call`: run once the call is over, before anything else (the judge's integrity check)."""
+    if callable(inputs):
+        make = inputs
+        made = make()
+        if args is not None:
+            for a, v in zip(args, made):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(v)
+            made = args
+        args = tuple(made)
+    else:
+        args = tuple(inputs)
+        saved = snapshot(args)
+        make = lambda: saved  # noqa: E731
     if device.startswith("cuda"):
-        poison_cuda_cache([r.numel() * r.element_size() for r in _flat(meta)], device)
-    with poisoned_empty():
-        out = call_wrapper(fn, args) if call_wrapper else fn(*args)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        meta = meta_outputs(spec, args)  # the outputs' sizes (no values) for the poisoning
+        if meta is not None:
+            poison_cuda_cache([r.numel() * r.element_size() for r in _flat(meta)], device)
+    try:
+        with poisoned_empty():
+            out = call_wrapper(fn, args) if call_wrapper else fn(*args)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    finally:
+        if after_call is not None:
+            after_call()
+    check_no_alias([o for o in _flat(out) if isinstance(o, torch.Tensor)], args)
+    fresh = make()  # after the call: what the inputs were, and what the reference is computed from
+    check_inputs_unchanged(fresh, args)
+    exact, meta = reference_outputs(spec, fresh)
     outs = check_structure(out, meta, device)
-    check_no_alias(outs, args)
-    check_inputs_unchanged(before, args)
+    if ledger is not None:
+        ledger.recheck(outs)
     atol, rtol = spec.tolerance(outs[0].dtype if outs[0].is_floating_point() else args[0].dtype, scale)
     max_abs, max_rel = compare(outs, exact, atol, rtol)
-    return CheckReport(max_abs, max_rel, out)
+    if ledger is not None:
+        ledger.accept(label, outs)
+    return CheckReport(max_abs, max_rel, out, args)
 
 
 def strided_copy(t: torch.Tensor, pad: int = 3, offset: int = 5) -> torch.Tensor:

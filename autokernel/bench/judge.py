@@ -1,16 +1,17 @@
 """Inside the worker: judge one candidate end to end and turn every failure into an outcome.
 
 Order: load (compile errors) -> five stages, each under its own alarm (stop at the first
-failure) -> anti-cheat on the launches seen -> GPU timing of the candidate, eager and
-torch.compile at the timed shapes -> roofline against the measured ceilings. On a CPU, when asked
-(`gpu_compile`), the launches the stages made are compiled for sm_90 instead of timed.
+failure) -> anti-cheat on the launches seen after each stage (its own kernels at all, and the
+library's share of the work) -> GPU timing of the candidate, eager and torch.compile at the timed
+shapes (time_candidate.py) -> roofline against the measured ceilings. On a CPU, when asked
+(`gpu_compile`), the launches the stages made are compiled for sm_90 instead of timed. After
+every call of the candidate the integrity snapshot (integrity.py) is compared: a candidate that
+changed anything the judge trusts is a cheat, and the worker restarts.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -18,15 +19,16 @@ from pathlib import Path
 import torch
 
 from autokernel.bench import ceilings as ceil_mod
-from autokernel.bench.checks import CheckFailure, make_inputs
+from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
-from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, short_name
+from autokernel.bench.integrity import CHANGED, outside_a_call
+from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
-from autokernel.kernels.spec import dtype_name, to_dtype
+from autokernel.kernels.spec import dtype_name
 
 # Share of the candidate's time limit each stage may use at most (what is left bounds it too);
 # smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
@@ -40,25 +42,23 @@ class StageTimeout(BaseException):
     wrapper, a candidate's own handlers) cannot turn a hang into a crash or a compile error."""
 
 
-_armed = False
+_armed = [False]  # a list, not a rebound global: the integrity snapshot's copy of this module stays equal
 
 
-def _alarm(signum, frame):
-    if _armed:
+def on_alarm(signum, frame):
+    if _armed[0]:
         raise StageTimeout()
 
 
-def _arm(seconds: float) -> None:
+def arm(seconds: float) -> None:
     """Raise StageTimeout after `seconds`, then again every 0.25 s until disarmed: code that
     swallows one exception (Triton, torch and candidates have broad excepts) cannot hide a hang."""
-    global _armed
-    _armed = True
+    _armed[0] = True
     signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
 
 
-def _disarm() -> None:
-    global _armed
-    _armed = False
+def disarm() -> None:
+    _armed[0] = False
     signal.setitimer(signal.ITIMER_REAL, 0)
 
 
@@ -69,11 +69,11 @@ def environment() -> dict:
     return info
 
 
-def _tail(text: str, n: int = 3000) -> str:
+def tail_text(text: str, n: int = 3000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _root(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The original exception: the Triton interpreter wraps what a kernel raises (our stage alarm
     and bounds check included) in an InterpreterError."""
     seen = set()
@@ -88,7 +88,7 @@ def _root(exc: BaseException) -> BaseException:
 
 def classify(exc: BaseException) -> tuple[str, bool]:
     """(outcome, the CUDA context is poisoned and the worker must restart)."""
-    exc = _root(exc)
+    exc = root_cause(exc)
     name = type(exc).__name__
     text = str(exc)
     if isinstance(exc, StageTimeout):
@@ -116,31 +116,37 @@ def exception_detail(exc: BaseException, outcome: str) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _snapshot_bench() -> dict:
-    """The judge's own functions as loaded. Candidate code runs in this process, so a file that
-    patches the bench (say checks.compare -> no-op) must be caught: compared after every stage."""
-    import types
-
-    from autokernel.bench import checks, launches, stages
-
-    snap = {}
-    for mod in (checks, launches, stages, sys.modules[__name__]):
-        for k, v in vars(mod).items():
-            if isinstance(v, (types.FunctionType, type)) and not k.startswith("__"):
-                snap[(mod.__name__, k)] = v
-    for k in ("equal", "isfinite", "isnan", "allclose", "nonzero", "where"):
-        snap[("torch", k)] = getattr(torch, k)
-    return snap
+class Tampered(Exception):
+    """After a call of the candidate, something the judge trusts is not as it was."""
 
 
-_INTEGRITY: dict = {}
+TAMPERED_WORKER = "the bench worker was tampered with; restart it"
+_snapshots: list = []  # the worker's integrity snapshot, taken before the first candidate is imported
 
 
-def _tampered() -> str | None:
-    for (mod, k), v in _INTEGRITY.items():
-        if getattr(sys.modules[mod], k, None) is not v:
-            return f"{mod}.{k}"
-    return None
+def _integrity():
+    """The snapshot of everything the judge trusts (integrity.py), taken once per worker."""
+    if not _snapshots:
+        from autokernel.bench import (across_calls, gpu_compile, screen, stages, time_candidate,  # noqa: F401
+                                      timing)  # (snapshotted)
+        from autokernel.bench.integrity import judge_snapshot
+        from autokernel.kernels import KERNEL_TYPES, get_spec
+
+        _snapshots.append(judge_snapshot(specs=[get_spec(t) for t in KERNEL_TYPES]))
+    return _snapshots[0]
+
+
+def worker_tampered() -> bool:
+    """A previous candidate got past the checks (the snapshot is taken here when it is the first):
+    never judge or screen again in this process."""
+    return bool(CHANGED(_integrity()))
+
+
+def verify_integrity() -> None:
+    """Raise Tampered naming what changed since the snapshot."""
+    changed = CHANGED(_integrity()) or outside_a_call()
+    if changed:
+        raise Tampered(f"the candidate modified the bench itself ({changed})")
 
 
 def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
@@ -173,23 +179,23 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
-    if not _INTEGRITY:
-        _INTEGRITY.update(_snapshot_bench())
-    elif _tampered():  # a previous candidate got past the check: never judge in a tampered process
-        return {"bench_error": "the bench worker was tampered with; restart it", "restart": True}
-    old = signal.signal(signal.SIGALRM, _alarm)
+    if worker_tampered():
+        return {"bench_error": TAMPERED_WORKER, "restart": True}
+    old = signal.signal(signal.SIGALRM, on_alarm)
     stage = "load"
     recording = None
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
-        _arm(max(0.5, 0.5 * timeout_s))
+        arm(max(0.5, 0.5 * timeout_s))
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
-        _disarm()
+        disarm()
+        verify_integrity()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
-                           module_name=mod.__name__)
+                           module_name=mod.__name__, nondeterminism_reason=kf.nondeterminism_reason,
+                           verify=verify_integrity)
         # on the CPU the interpreter runs what the GPU compiler may reject: record the launches the
         # stages make and, once they pass, lower them to Triton IR for sm_90 (gpu_compile.py)
         if req.get("gpu_compile") and not cuda and req["backend"] == "triton":
@@ -197,27 +203,25 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             recording.__enter__()
         for name, func in STAGE_FUNCS:
             stage = name
-            _arm(_stage_limit(name, timeout_s, deadline))
+            arm(_stage_limit(name, timeout_s, deadline))
             try:
                 verdict = func(ctx)
             except CheckFailure as exc:
                 verdict = StageVerdict(name, "fail", str(exc))
-            _disarm()
+            disarm()
             res.stages.append(verdict)
-            changed = _tampered()
-            if changed:
-                res.outcome, res.error = CHEAT, f"the candidate modified the bench itself ({changed})"
-                return {"result": res.to_dict(), "restart": True}
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
                 lib = sorted({short_name(n) for n in ctx.launches.gpu_kernels
                               if any(pat in n for pat in spec.library_kernel_patterns)})
                 if lib:  # allowed next to its own kernels (e.g. a copy), but shown for review
                     res.extra["library_kernels"] = lib[:10]
-                why = cheat_reason(ctx.launches, spec.library_kernel_patterns, cuda)
-                if verdict.status == "pass" and why:
-                    res.outcome, res.error = CHEAT, why
-                    return {"result": res.to_dict(), "restart": False}
+            pats = spec.library_kernel_patterns
+            why = cheat_reason(ctx.launches, pats, cuda) or library_reason(ctx.launches, pats, cuda)
+            res.extra["library_share"] = round(library_share(ctx.launches, pats, cuda)[0], 4)
+            if verdict.status == "pass" and why:
+                res.outcome, res.error = CHEAT, why
+                return {"result": res.to_dict(), "restart": False}
             if verdict.status == "fail":
                 res.outcome, res.error = INCORRECT, f"{name}: {verdict.detail}"
                 return {"result": res.to_dict(), "restart": False}
@@ -228,16 +232,25 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         stage = "timing"
         res.outcome = CORRECT
         if cuda:
-            _time_all(res, spec, ctx.fn, shapes, weights, dt, device, req, deadline, notify)
-            _disarm()
+            from autokernel.bench.time_candidate import time_all
+
+            why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline, notify)
+            disarm()
+            if why:  # what it returned while timed was wrong, or work ran outside the timed stream
+                res.outcome, res.error = CHEAT, f"timing: {why}"
+                return {"result": res.to_dict(), "restart": False}
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
+    except Tampered as exc:  # never judge again in this process
+        disarm()
+        res.outcome, res.error = CHEAT, str(exc)
+        return {"result": res.to_dict(), "restart": True}
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
-        _disarm()
+        disarm()
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
         outcome, restart = classify(exc)
-        exc = _root(exc)
+        exc = root_cause(exc)
         res.outcome = outcome
         if stage != "load" and stage != "timing" and not any(s.name == stage for s in res.stages):
             res.stages.append(StageVerdict(stage, "error", exception_detail(exc, outcome)))
@@ -246,11 +259,11 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         elif isinstance(exc, KernelFileError):
             res.error = exc.one_line()
         else:
-            res.error = _tail(f"{stage}: " + "".join(traceback.format_exception(exc)))
+            res.error = tail_text(f"{stage}: " + "".join(traceback.format_exception(exc)))
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
-        _disarm()
+        disarm()
         if recording is not None:
             recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)
@@ -260,86 +273,3 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             except Exception:
                 restart = True
     return {"result": res.to_dict(), "restart": restart}
-
-
-def _time_all(res: BenchResult, spec, fn, shapes, weights, dt: str, device: str, req: dict,
-              deadline: float, notify=_no_notify) -> None:
-    """Time the candidate against its own deadline; the baselines (torch.compile can take a while
-    on a cold cache) and the ceilings run on BASELINE_S of their own, which the parent adds."""
-    from autokernel.bench import timing
-
-    bench_time = [0.0]  # seconds spent on the bench's own work: added to the candidate's deadline
-
-    def bench_work(fn_, *a):
-        t0 = time.monotonic()
-        notify({"extend_s": BASELINE_S})  # the parent's hard limit moves with this clock
-        _arm(BASELINE_S)
-        try:
-            return fn_(*a)
-        finally:
-            _disarm()
-            spent = time.monotonic() - t0
-            bench_time[0] += spent
-            notify({"extend_s": spent - BASELINE_S})
-
-    def candidate_clock() -> None:
-        _arm(max(1.0, deadline + bench_time[0] - time.monotonic() - 0.5))
-
-    ceilings = req.get("ceilings") or bench_work(ceil_mod.ceilings_here)
-    candidate_clock()
-    dtype = to_dtype(dt)
-    per_shape = []
-    lat = eager = comp = wall_total = 0.0
-    have_eager = have_comp = bool(req.get("baselines", True))
-    flops = nbytes = 0.0
-    vram = 0.0
-    for shape, w in zip(shapes, weights):
-        args = make_inputs(spec, shape, dtype, device, int.from_bytes(os.urandom(3), "little"))
-        t = timing.time_call(fn, args, device)
-        e = c = None
-        if req.get("baselines", True):
-            try:
-                e, c = bench_work(timing.baseline_times, spec, shape, dtype, args, device)
-            except StageTimeout:
-                res.extra["baseline_error"] = f"baselines exceeded {BASELINE_S} s"
-            candidate_clock()
-            if e and t["median_us"] * FLAG_SPEEDUP < e:
-                # Too good to be true: time again (more repetitions) before reporting; still over
-                # 10x -> flagged for review, never trusted silently.
-                t = timing.time_call(fn, args, device, min_reps=200)
-                res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
-        vram = max(vram, timing.peak_vram_mb(fn, args))
-        wall = timing.wall_call(fn, args)
-        ew = bench_work(timing.eager_wall, spec, shape, dtype, args) if req.get("baselines", True) else None
-        candidate_clock()
-        per_shape.append({"shape": shape, "dtype": dt, "weight": w, "latency_us": t["median_us"],
-                          "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall, "eager_us": e,
-                          "eager_wall_us": ew, "compile_us": c})
-        wall_total += w * wall
-        lat += w * t["median_us"]
-        res.latency_iqr_us = (res.latency_iqr_us or 0.0) + w * t["iqr_us"]
-        flops += w * spec.flops(shape, dtype)
-        nbytes += w * spec.bytes(shape, dtype)
-        if e is None:
-            have_eager = False
-        else:
-            eager += w * e
-        if c is None:
-            have_comp = False
-        else:
-            comp += w * c
-        del args
-    res.gpu_timing = True
-    res.latency_us = lat
-    res.wall_us = wall_total
-    res.eager_us = eager if have_eager else None
-    res.compile_us = comp if have_comp else None
-    res.speedup_vs_eager = eager / lat if have_eager and lat > 0 else None
-    res.speedup_vs_compile = comp / lat if have_comp and lat > 0 else None
-    res.tflops = flops / (lat * 1e-6) / 1e12 if lat > 0 else None
-    res.gbps = nbytes / (lat * 1e-6) / 1e9 if lat > 0 else None
-    res.peak_vram_mb = vram
-    res.pct_peak, res.bound = ceil_mod.pct_of_ceiling(ceilings, spec.compute_bound, dt, res.tflops, res.gbps)
-    res.extra.update(per_shape=per_shape, compile_mode=timing.COMPILE_MODE,
-                     ceilings={k: ceilings.get(k) for k in ("copy_gbps", "matmul_tflops_fp32", "matmul_tflops_fp16",
-                                                            "matmul_tflops_bf16")})

@@ -1,17 +1,22 @@
 """Which kernels did the candidate launch? The anti-cheat's evidence.
 
-On the GPU: kernel names from torch.profiler's CUDA activity, plus the Triton functions run.
-Under the Triton interpreter there is no GPU profiler, so the JIT functions' run() is wrapped:
-a launch counts as the candidate's own when the jitted function was defined in its file.
-A candidate that launches nothing of its own (only the library op it replaces, generic aten
-kernels, or torch.compile's generated ones) is rejected as a cheat.
+On the GPU: kernel names and durations from torch.profiler's CUDA activity, plus the Triton
+functions run. Under the Triton interpreter there is no GPU profiler, so the JIT functions' run()
+is wrapped: a launch counts as the candidate's own when the jitted function was defined in its
+file, and the elements its loads and stores touch (and its tl.dot's multiply-accumulates) are its
+own work (share.py weighs them against the aten ops it calls). A candidate that launches nothing
+of its own (only the library op it replaces, generic aten kernels, or torch.compile's generated
+ones) is rejected as a cheat.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass, field
+
+from autokernel.bench.share import MAX_SHARE, WorkMeter, cpu_share, gpu_share, paused, share_reason
 
 # Kernels any torch code may launch that are not a candidate's own work: aten's elementwise /
 # copy / fill / reduce kernels, memcpy/memset, and what inductor generates for torch.compile.
@@ -25,6 +30,8 @@ class Launches:
     triton_own: list[str] = field(default_factory=list)  # jitted functions defined in the candidate file
     triton_other: list[str] = field(default_factory=list)
     gpu_kernels: list[str] = field(default_factory=list)  # profiler names (GPU only)
+    gpu_times: list[tuple[str, float]] = field(default_factory=list)  # (name, microseconds) of each kernel run
+    meter: WorkMeter = field(default_factory=WorkMeter)  # interpreter: own work vs the aten ops it called
 
     def names(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -33,7 +40,7 @@ class Launches:
         return list(seen)
 
 
-def _triton_classes() -> list:
+def triton_classes() -> list:
     classes = []
     try:
         from triton.runtime.jit import JITFunction
@@ -55,8 +62,10 @@ class OutOfBoundsAccess(RuntimeError):
     corrupts the worker's heap, so it is caught before the access happens."""
 
 
-# Byte ranges of the tensor arguments of the launch in progress (interpreter bounds check).
+# Byte ranges of the tensor arguments of the launch in progress (interpreter bounds check), and
+# the meter its work counts into (None: not the candidate's own kernel).
 _live_ranges: list[list[tuple[int, int]]] = []
+_meters: list[WorkMeter | None] = []
 
 
 def _tensor_ranges(values) -> list[tuple[int, int]]:
@@ -80,6 +89,8 @@ def _check_access(kind: str, ptrs, mask) -> None:
         addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
     if addrs.size == 0:
         return
+    if _meters and _meters[-1] is not None:
+        _meters[-1].own += addrs.size
     size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
     ok = np.zeros(addrs.shape, dtype=bool)
     for lo, hi in _live_ranges[-1]:
@@ -97,7 +108,7 @@ def _guard_interpreter() -> list:
     except Exception:
         return []
     orig = {n: getattr(B, n) for n in ("create_masked_load", "create_masked_store", "create_atomic_rmw",
-                                       "create_atomic_cas")}
+                                       "create_atomic_cas", "create_dot")}
 
     def load(self, ptrs, mask, *a, **k):
         _check_access("load", ptrs, mask)
@@ -115,7 +126,13 @@ def _guard_interpreter() -> list:
         _check_access("atomic", ptr, None)
         return orig["create_atomic_cas"](self, ptr, cmp, val, *a, **k)
 
+    def dot(self, a, b, *rest, **k):
+        if _meters and _meters[-1] is not None:
+            _meters[-1].own += float(a.data.size) * (b.data.shape[-1] if b.data.ndim else 1)
+        return orig["create_dot"](self, a, b, *rest, **k)
+
     B.create_masked_load, B.create_masked_store, B.create_atomic_rmw, B.create_atomic_cas = load, store, rmw, cas
+    B.create_dot = dot
     return [(B, n, f) for n, f in orig.items()]
 
 
@@ -125,21 +142,27 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
     module its Python function was defined in. Under the interpreter, memory accesses are also
     checked against the launch's tensor arguments."""
     patched = []
-    for cls in _triton_classes():
+    for cls in triton_classes():
         orig = cls.run
 
         def run(self, *args, __orig=orig, **kwargs):
             fn = getattr(self, "fn", None)
             name = getattr(fn, "__name__", "?")
-            if getattr(fn, "__module__", None) == module_name:
-                launches.triton_own.append(name)
-            else:
-                launches.triton_other.append(name)
+            own = getattr(fn, "__module__", None) == module_name
+            (launches.triton_own if own else launches.triton_other).append(name)
             _live_ranges.append(_tensor_ranges(list(args) + list(kwargs.values())))
+            _meters.append(launches.meter if own else None)
+            profile = sys.getprofile()  # a judge's profile hook (kb/guards.py) skips the interpreter
+            if profile is not None:
+                sys.setprofile(None)
             try:
-                return __orig(self, *args, **kwargs)
+                with paused():  # the interpreter's own torch calls are not the candidate's
+                    return __orig(self, *args, **kwargs)
             finally:
                 _live_ranges.pop()
+                _meters.pop()
+                if profile is not None:
+                    sys.setprofile(profile)
 
         patched.append((cls, "run", orig))
         cls.run = run
@@ -166,6 +189,7 @@ def record_gpu(launches: Launches):
             if "Memcpy" in evt.name or "Memset" in evt.name:
                 continue
             launches.gpu_kernels.append(evt.name)
+            launches.gpu_times.append((evt.name, float(evt.time_range.elapsed_us())))
 
 
 def is_foreign(name: str, library_patterns: tuple[str, ...]) -> bool:
@@ -187,6 +211,20 @@ def cheat_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: 
     if launches.triton_other:
         return f"launched only Triton functions from elsewhere ({', '.join(sorted(set(launches.triton_other))[:5])})"
     return "never launched a triton.jit function of its own file"
+
+
+def library_share(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool) -> tuple[float, str]:
+    """(the library's share of the candidate's work so far, what did it): share.py."""
+    if on_gpu:
+        return gpu_share(launches.gpu_times, lambda n: is_foreign(n, library_patterns))
+    return cpu_share(launches.meter)
+
+
+def library_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool,
+                   max_share: float = MAX_SHARE) -> str | None:
+    """Why the candidate is a library call by its work's share (share.py), or None."""
+    share, what = library_share(launches, library_patterns, on_gpu)
+    return share_reason(share, what, on_gpu, max_share)
 
 
 def short_name(name: str, limit: int = 120) -> str:

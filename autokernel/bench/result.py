@@ -85,7 +85,7 @@ class BenchResult:
             pct_peak=self.pct_peak, speedup_vs_eager=self.speedup_vs_eager,
             speedup_vs_compile=self.speedup_vs_compile, eager_us=self.eager_us, compile_us=self.compile_us,
             peak_vram_mb=self.peak_vram_mb, flagged=self.flagged, device=self.device, duration_s=self.duration_s,
-            wall_us=self.wall_us,
+            wall_us=self.wall_us, isolation=self.extra.get("isolation"),
             details_json=json.dumps(self.extra["per_shape"]) if self.extra.get("per_shape") else None,
             error=(f"{self.outcome}: {self.error}" if self.error else (None if self.correct else self.outcome)),
         )

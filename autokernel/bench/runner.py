@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from autokernel.bench.isolation import clean_env, describe_exit, kill_group
 from autokernel.bench.result import COMPILE_ERROR, CRASHED, TIMEOUT, BenchResult
+from autokernel.bench.sandbox import Isolation, probe, sandboxed
 from autokernel.errors import BenchError, KernelFileError
 
 TAIL_CHARS = 4000
@@ -55,24 +56,24 @@ class BenchWorker:
         self._buf = b""
         self._info: dict[str, Any] = {}
         self.restarts = 0
+        self.isolation: Isolation = probe()  # what the candidates get; every result records it
 
     # -- process management -----------------------------------------------------------------
 
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile(prefix=self.log_prefix, suffix=".log")
         self._buf = b""
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(self._env)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self._proc = subprocess.Popen(
-            [self._python, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
+        argv, env, self.isolation = sandboxed([self._python, "-m", self.module], self._env)
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
         hello = self._read_reply(self._startup_timeout)
         if not hello or not hello.get("ready"):
             err = self._stderr_tail(0)
             self._kill()
             raise BenchError(f"{self.label} did not start: {err or 'no output'}")
         self._info = hello
+        if hello.get("isolation"):  # what the sandbox found from inside
+            self.isolation = Isolation(True, hello["isolation"])
         self.restarts += 1
 
     @property
@@ -231,6 +232,7 @@ class BenchWorker:
             if reply.get("died") and self._proc is None:
                 res.extra["worker_exit"] = "worker died"
         res.duration_s = time.monotonic() - t0
+        res.extra["isolation"] = self.isolation.detail
         return res
 
     @staticmethod
@@ -272,6 +274,7 @@ class BenchWorker:
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), kf.kernel_type, kf.backend)
         res.extra["screen"] = True
         res.duration_s = time.monotonic() - t0
+        res.extra["isolation"] = self.isolation.detail
         return res
 
     def calibrate(self, timeout_s: float = 300) -> dict[str, Any]:

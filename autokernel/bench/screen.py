@@ -6,8 +6,13 @@ seconds each. The screen costs one import, one smoke check at a small shape, one
 kernel's heaviest model shape (the one where the model spends the most time in the op) and a short
 timing there: SCREEN_REPS repetitions at least, SCREEN_TIME_S of them at most, with the same
 timing function (L2 flushed, host kept ahead) as the full judgement, so the caller compares it
-with the best version's full timing at the same shape. No baselines, no anti-cheat: whatever
-passes the screen still goes through the whole judgement before it can be kept.
+with the best version's full timing at the same shape. No baselines and no ladder of stages:
+whatever passes the screen still goes through the whole judgement before it can be kept. The
+judge's rules that cost nothing extra hold here too (issue 19): the integrity snapshot is taken
+before the import and compared after it and after every call (a candidate that patches the judge,
+the specs or torch is a cheat and the worker restarts, so the full judgement never runs in a
+tampered process), the smoke check refills its inputs in place and keeps its outputs in the
+ledger, and a candidate whose library ops do the work is a cheat already here.
 
 Without a GPU no time is taken (the caller's CPU timing wrapper adds one, as for the judgement).
 """
@@ -23,7 +28,8 @@ import torch
 
 from autokernel.bench import judge
 from autokernel.bench.checks import CheckFailure, make_inputs
-from autokernel.bench.result import CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
+from autokernel.bench.launches import cheat_reason, library_reason
+from autokernel.bench.result import CHEAT, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
 from autokernel.bench.stages import StageContext, smoke
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
@@ -50,20 +56,24 @@ def screen_request(req: dict, notify=None) -> dict:
                       device=judge.environment()["name"], gpu_timing=False)
     res.extra.update(screen=True, config=req.get("config") or {}, shapes=[shape], weights=[1.0],
                      interpreted=not cuda)
-    old = signal.signal(signal.SIGALRM, judge._alarm)
+    if judge.worker_tampered():
+        return {"bench_error": judge.TAMPERED_WORKER, "restart": True}
+    old = signal.signal(signal.SIGALRM, judge.on_alarm)
     stage = "load"
     restart = False
     try:
         from autokernel.kernelfile import entry_point, import_kernel, parse_source
 
-        judge._arm(max(0.5, 0.5 * timeout_s))
+        judge.arm(max(0.5, 0.5 * timeout_s))
         kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
         mod = import_kernel(kf)
+        judge.verify_integrity()  # what it did at import
         fn = entry_point(mod)
         ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
-                           deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__)
+                           deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__,
+                           nondeterminism_reason=kf.nondeterminism_reason, verify=judge.verify_integrity)
         stage = "smoke"
-        judge._arm(max(0.5, 0.8 * timeout_s))
+        judge.arm(max(0.5, 0.8 * timeout_s))
         try:
             verdict = smoke(ctx)
             ctx.check(shape, dt)
@@ -73,6 +83,11 @@ def screen_request(req: dict, notify=None) -> dict:
             res.outcome, res.error = INCORRECT, f"screen: {exc}"
             return {"result": res.to_dict(), "restart": False}
         res.stages.append(verdict)
+        pats = spec.library_kernel_patterns
+        why = cheat_reason(ctx.launches, pats, cuda) or library_reason(ctx.launches, pats, cuda)
+        if why:
+            res.outcome, res.error = CHEAT, f"screen: {why}"
+            return {"result": res.to_dict(), "restart": False}
         if cuda:
             stage = "timing"
             from autokernel.bench import timing
@@ -81,13 +96,17 @@ def screen_request(req: dict, notify=None) -> dict:
             t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
                                  max_reps=SCREEN_MAX_REPS)
             wall = timing.wall_call(fn, args, min_time_s=SCREEN_TIME_S / 5, max_reps=SCREEN_MAX_REPS)
+            judge.verify_integrity()  # e.g. torch.cuda.Event patched while timed
             res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
             res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
                                        "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
-        judge._disarm()
+        judge.disarm()
         res.outcome = CORRECT
+    except judge.Tampered as exc:  # never judge again in this process
+        judge.disarm()
+        res.outcome, res.error, restart = CHEAT, f"screen: {exc}", True
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
-        judge._disarm()
+        judge.disarm()
         if isinstance(exc, KeyboardInterrupt):
             raise
         outcome, restart = judge.classify(exc)
@@ -101,7 +120,7 @@ def screen_request(req: dict, notify=None) -> dict:
         if stage != "load":
             res.stages.append(StageVerdict("smoke", "error", judge.exception_detail(exc, outcome)))
     finally:
-        judge._disarm()
+        judge.disarm()
         signal.signal(signal.SIGALRM, old)
         if cuda:
             try:

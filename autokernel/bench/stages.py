@@ -1,5 +1,9 @@
 """The five correctness stages of DESIGN.md 4. Each draws fresh inputs (a new seed per check, so a
-candidate that caches results fails) and compares against the spec's reference in float64.
+candidate that caches results fails; smoke's second call reuses the first call's tensors with new
+contents, so one that caches by address fails too) and compares against the spec's reference in
+float64, computed after the call. Every output accepted stays in a ledger and is checked again
+after later calls (a view of a persistent buffer that the next call overwrites fails); after every
+call the judge's integrity snapshot is compared (`verify`).
 
 A stage returns a StageVerdict; a wrong result is a "fail" verdict. Any other exception (the
 candidate crashed, ran out of memory, hit the stage's time limit) propagates to the judge, which
@@ -17,6 +21,8 @@ import torch
 
 from autokernel.bench.checks import CheckFailure, make_inputs, run_check, strided_copy
 from autokernel.bench.launches import Launches, record_triton
+from autokernel.bench.across_calls import OutputLedger
+from autokernel.bench.share import TorchWork
 from autokernel.bench.result import StageVerdict
 from autokernel.kernels.spec import KernelSpec, Shape, to_dtype
 
@@ -36,14 +42,18 @@ class StageContext:
     deterministic: bool
     interpreted: bool
     module_name: str
+    nondeterminism_reason: str = ""
     launches: Launches = field(default_factory=Launches)
-    profile_next: bool = False  # record GPU kernel names on the next call (anti-cheat evidence)
+    profile_next: bool = False  # record GPU kernel names and times on the next call (anti-cheat evidence)
+    verify: Callable[[], None] = lambda: None  # the judge's integrity check, after every call
+    ledger: OutputLedger = field(default_factory=OutputLedger)
     _seeds: itertools.count = field(default_factory=lambda: itertools.count(int.from_bytes(os.urandom(3), "little")))
 
     def seed(self) -> int:
         return next(self._seeds) * 7919 + 17
 
     def call(self, fn, args):
+        """One call of the candidate with its launches recorded (the caller runs self.verify after)."""
         with record_triton(self.module_name, self.launches):
             if self.profile_next and self.device.startswith("cuda"):
                 from autokernel.bench.launches import record_gpu
@@ -53,17 +63,26 @@ class StageContext:
                     out = fn(*args)
                     torch.cuda.synchronize()
                 return out
-            return fn(*args)
+            if self.device.startswith("cuda"):
+                return fn(*args)
+            with TorchWork(self.launches.meter):  # interpreter: the library work it calls
+                return fn(*args)
 
-    def check(self, shape: Shape, dtype: str, scale: str = "normal", transform=None):
-        args = make_inputs(self.spec, shape, to_dtype(dtype), self.device, self.seed(), scale)
-        if transform is not None:
-            args = transform(args)
+    def check(self, shape: Shape, dtype: str, scale: str = "normal", transform=None, reuse: tuple | None = None):
+        """One check on fresh inputs (`reuse`: in the tensors of an earlier check, refilled)."""
+        seed, dt = self.seed(), to_dtype(dtype)
+
+        def make():
+            args = make_inputs(self.spec, shape, dt, self.device, seed, scale)
+            return transform(args) if transform is not None else args
+
+        label = f"{self.spec.shape_label(shape)} {dtype}{'' if scale == 'normal' else ' ' + scale}"
         try:
-            return run_check(self.spec, self.fn, args, self.device, call_wrapper=self.call, scale=scale), args
+            report = run_check(self.spec, self.fn, make, self.device, call_wrapper=self.call, scale=scale,
+                               ledger=self.ledger, label=label, args=reuse, after_call=self.verify)
+            return report, report.args
         except CheckFailure as exc:
-            label = self.spec.shape_label(shape)
-            raise CheckFailure(f"{label} {dtype}{'' if scale == 'normal' else ' ' + scale}: {exc}") from None
+            raise CheckFailure(f"{label}: {exc}") from None
 
     def dtypes(self) -> tuple[list[str], str]:
         if self.quick:
@@ -101,13 +120,15 @@ def _unique(shapes: list[Shape]) -> list[Shape]:
 
 
 def smoke(ctx: StageContext) -> StageVerdict:
-    """One small shape, twice with different inputs (a cached result fails already here)."""
+    """One small shape, twice: the second call in the first call's tensors refilled with new values
+    (a result cached by input address or returned in the same memory fails already here)."""
     errs = _Errors()
     shape = ctx.spec.small_shapes[0]
     ctx.profile_next = True
-    for _ in range(2):
-        report, _args = ctx.check(shape, ctx.dtype)
-        errs.add(report)
+    report, args = ctx.check(shape, ctx.dtype)
+    errs.add(report)
+    report, _args = ctx.check(shape, ctx.dtype, reuse=args)
+    errs.add(report)
     return errs.verdict("smoke", ctx.spec.shape_label(shape))
 
 
@@ -137,16 +158,20 @@ def stability(ctx: StageContext) -> StageVerdict:
 
 
 def determinism(ctx: StageContext) -> StageVerdict:
-    if not ctx.deterministic:
-        return StageVerdict("determinism", "skip", "the kernel file declares DETERMINISTIC = False")
+    if not ctx.deterministic:  # kernelfile.py refuses False without a NONDETERMINISM_REASON
+        return StageVerdict("determinism", "skip", f"DETERMINISTIC = False: {ctx.nondeterminism_reason}")
     errs = _Errors()
     shape = ctx.shapes[0]
     report, args = ctx.check(shape, ctx.dtype)
     errs.add(report)
     first = report.outputs
-    again = ctx.call(ctx.fn, args)
-    for i, (a, b) in enumerate(zip(first if isinstance(first, (tuple, list)) else [first],
-                                   again if isinstance(again, (tuple, list)) else [again])):
+    try:
+        again = ctx.call(ctx.fn, args)
+    finally:
+        ctx.verify()
+    flat_again = list(again) if isinstance(again, (tuple, list)) else [again]
+    ctx.ledger.recheck([t for t in flat_again if isinstance(t, torch.Tensor)])
+    for i, (a, b) in enumerate(zip(first if isinstance(first, (tuple, list)) else [first], flat_again)):
         if not isinstance(b, torch.Tensor) or a.shape != b.shape or not torch.equal(a, b):
             diff = (a.double() - b.double()).abs().max().item() if isinstance(b, torch.Tensor) and a.shape == b.shape else None
             raise CheckFailure(f"{ctx.spec.shape_label(shape)}: two runs on the same inputs differ"

@@ -5,6 +5,14 @@ kernels and not the Python launch path (a 2048x4096 layer norm is ~15 us of GPU 
 launch from Python can take longer than that; it is the same function for every contender). The
 candidate, eager PyTorch and torch.compile are timed in the same process by the same function, so
 their numbers are comparable. GPU only: on the CPU the bench reports no timings at all.
+
+What the candidate is timed on changes at every repetition: `refill(i)` writes new values into
+the same input tensors (outside the events, before the flush), so an output cached by input
+address or by a fingerprint of the contents is never the right answer while timed. A few
+repetitions, chosen at random, hand their output to `on_sample` right after their end event (a
+copy taken there, on the calling stream, shows whether work on another stream was still writing
+it), and the device is synchronized after the last repetition: `tail_us`, the time from the last
+end event until every stream is idle, shows work left running outside the timed stream.
 """
 
 from __future__ import annotations
@@ -35,17 +43,19 @@ _baselines: dict[tuple, tuple[float | None, float | None]] = {}
 _eager_walls: dict[tuple, float] = {}
 
 
-def _flush_buffer(device: str) -> torch.Tensor:
+def flush_buffer(device: str) -> torch.Tensor:
     if device not in _flush:
         _flush[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
     return _flush[device]
 
 
-def _host_us_per_rep(fn: Callable, args: tuple, flush: torch.Tensor, start, end) -> float:
-    """Host microseconds to queue one repetition (flush, events, call): queued, not waited for."""
+def _host_us_per_rep(fn: Callable, args: tuple, flush: torch.Tensor, start, end, refill=None) -> float:
+    """Host microseconds to queue one repetition (refill, flush, events, call): queued, not waited for."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(3):
+    for i in range(3):
+        if refill is not None:
+            refill(i)
         flush.zero_()
         start.record()
         fn(*args)
@@ -61,9 +71,14 @@ def _cycles_per_us(device: str) -> float:
 
 
 def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int = MIN_REPS,
-              min_time_s: float = MIN_TIME_S, max_reps: int = MAX_REPS) -> dict[str, float]:
-    """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush."""
-    flush = _flush_buffer(device)
+              min_time_s: float = MIN_TIME_S, max_reps: int = MAX_REPS, refill: Callable | None = None,
+              on_sample: Callable | None = None, samples: int | None = None) -> dict[str, float]:
+    """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush; with
+    `refill(i)`, new input values before repetition i; `on_sample(i, out)` for `samples` random
+    repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
+    from autokernel.bench.across_calls import SAMPLES, choose
+
+    flush = flush_buffer(device)
     fn(*args)
     torch.cuda.synchronize()
     # Warm-up for WARMUP_MS and an estimate of one call to choose the repetition count.
@@ -82,26 +97,39 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     reps = int(min(max_reps, max(min_reps, (min_time_s * 1e3) / est_ms)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    host_us = _host_us_per_rep(fn, args, flush, starts[0], ends[0])
+    host_us = _host_us_per_rep(fn, args, flush, starts[0], ends[0], refill)
     cycles_per_us = _cycles_per_us(device)
+    chosen = choose(reps, samples or SAMPLES) if on_sample else set()
+    torch.cuda.synchronize()  # every stream idle before the first repetition
     for b in range(0, reps, BATCH):
         batch = range(b, min(reps, b + BATCH))
         torch.cuda._sleep(int(min(MAX_SLEEP_US, HOST_MARGIN * host_us * len(batch)) * cycles_per_us))
         for i in batch:
+            if refill is not None:
+                refill(i)
             flush.zero_()
             starts[i].record()
-            fn(*args)
+            out = fn(*args)
             ends[i].record()
-    torch.cuda.synchronize()
-    samples = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-    q = statistics.quantiles(samples, n=4) if len(samples) >= 4 else [samples[0], samples[0], samples[-1]]
-    return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "reps": reps,
-            "min_us": samples[0]}
+            if i in chosen:
+                on_sample(i, out)
+            del out
+    torch.cuda.synchronize()  # every stream, not only the timed one
+    idle = torch.cuda.Event(enable_timing=True)
+    idle.record()
+    idle.synchronize()
+    samples_us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    q = statistics.quantiles(samples_us, n=4) if len(samples_us) >= 4 else [samples_us[0], samples_us[0],
+                                                                            samples_us[-1]]
+    return {"median_us": statistics.median(samples_us), "iqr_us": q[2] - q[0], "reps": reps,
+            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3}
 
 
-def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int = 2000) -> float:
+def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int = 2000,
+              refill: Callable | None = None) -> float:
     """Microseconds per call when calls are issued back to back and the host paces them: what a model
-    in eager mode sees of this op (max of the host's launch path and the GPU's time; L2 warm)."""
+    in eager mode sees of this op (max of the host's launch path and the GPU's time; L2 warm). With
+    `refill`, every call gets new input values and the refills' own time, measured alone, is taken off."""
     fn(*args)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -109,12 +137,20 @@ def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int
     torch.cuda.synchronize()
     one = max(time.perf_counter() - t0, 1e-6)
     reps = int(min(max_reps, max(10, min_time_s / one)))
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn(*args)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps * 1e6
+
+    def run(call: bool) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(reps):
+            if refill is not None:
+                refill(i)
+            if call:
+                fn(*args)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / reps * 1e6
+
+    total = run(True)
+    return max(total - run(False), 0.0) if refill is not None else total
 
 
 def peak_vram_mb(fn: Callable, args: tuple) -> float:

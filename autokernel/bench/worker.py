@@ -35,8 +35,9 @@ def serve(handlers: dict[str, Handler]) -> int:
         # Triton decides at @jit time; it must be set before any kernel file is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from autokernel.bench import judge
+    from autokernel.bench.sandbox import isolation_here
 
-    send({"ready": True, **judge.environment()})
+    send({"ready": True, "isolation": isolation_here(), **judge.environment()})
     for line in sys.stdin:
         if not line.strip():
             continue

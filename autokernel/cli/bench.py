@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from autokernel.cli.console import err, out
+from autokernel.cli.console import err, out, warn_if_unsandboxed
 
 
 def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
@@ -115,6 +115,7 @@ def bench_command(
         dt = dtype_name(dtype) if dtype else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--dtype'") from None
+    warn_if_unsandboxed()
     paths = ctx.obj.ensure()
     with Store(paths.db) as store, BenchWorker() as worker:
         interpreted = bool(worker.info.get("interpreted"))

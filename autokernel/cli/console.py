@@ -27,3 +27,12 @@ class CLIConsole(Console):
 
 out = CLIConsole(soft_wrap=True)
 err = CLIConsole(stderr=True, soft_wrap=True)
+
+
+def warn_if_unsandboxed() -> None:
+    """Once per run: say so on stderr when candidates will run without the sandbox (and why)."""
+    from autokernel.bench.sandbox import probe
+
+    warning = probe().warning()
+    if warning:
+        err.print(f"[bold yellow]warning:[/] {warning}", highlight=False)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from autokernel.cli.console import err, out
+from autokernel.cli.console import err, out, warn_if_unsandboxed
 from autokernel.cli.options import positive
 from autokernel.cli.runlog import RunLog, tee
 from autokernel.redact import redact
@@ -145,6 +145,7 @@ def run_cmd(
     ids = _ids(problems)
     paths = ctx.obj.ensure()
     progress = _Progress(live=out.is_terminal, quiet=as_json)
+    warn_if_unsandboxed()
     log = RunLog(paths.logs, "kb")
     with Store(paths.db) as store:
         workspace = Workspace.open(paths)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from autokernel.cli.console import err, out
+from autokernel.cli.console import err, out, warn_if_unsandboxed
 from autokernel.cli.options import positive
 from autokernel.cli.recap import recap_lines
 from autokernel.cli.runlog import RunLog, tee
@@ -161,6 +161,7 @@ def register(app: typer.Typer) -> None:
 
         paths = ctx.obj.ensure()
         display = Display(live=not as_json and out.is_terminal)
+        warn_if_unsandboxed()
         log = RunLog(paths.logs, "loop")
         types = [t.strip() for t in kernels.split(",") if t.strip()] if kernels else None
         with Store(paths.db) as store:

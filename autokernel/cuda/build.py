@@ -16,7 +16,7 @@ minutes, so the two halves are kept apart):
 * Tunables are module-level literals of the kernel file passed as `defines` (-D NAME=value to
   both compilers), so changing BLOCK_SIZE rebuilds under a new hash and never edits the source.
 
-Builds are cached twice: in the process (dict) and on disk under <home>/cache/cuda/<hash>, the
+Builds are cached twice: in the process (dict) and on disk under <home>/cache/cuda/<hash> (config.cache_dir()), the
 hash covering sources, flags, defines, torch and CUDA versions and the target arch, so an
 unchanged kernel is never recompiled. No --use_fast_math by default: correctness first; a kernel
 may opt in through extra_cuda_cflags.
@@ -115,7 +115,7 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
     """Compile (or reuse) the extension and return the imported module. Needs CUDA and ninja."""
     from torch.utils import cpp_extension
 
-    from autokernel.config import resolve_home
+    from autokernel.config import cache_dir
 
     dflags = _define_flags(defines)
     cuda_flags = ["-O3", "-lineinfo", *arch_flags(sm90a), *dflags, *extra_cuda_cflags]
@@ -127,7 +127,7 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
         missing = toolchain_missing()
         if missing:
             raise KernelFileError(f"cannot build CUDA kernel {name}: {missing}")
-        build_dir = resolve_home().cache / "cuda" / key
+        build_dir = cache_dir() / "cuda" / key
         build_dir.mkdir(parents=True, exist_ok=True)
         cpp_path, cu_path = build_dir / "main.cpp", build_dir / "kernel.cu"
         for path, text in ((cpp_path, render_cpp(cpp_src, functions)), (cu_path, render_cu(cuda_src))):

@@ -44,6 +44,7 @@ class KBWorker(BenchWorker):
                    "gpu_compile": gpu_compile}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")
         res.duration_s = time.monotonic() - t0
+        res.extra["isolation"] = self.isolation.detail
         return res
 
     def judge_for(self, problem: Problem, gpu_compile: bool = False):

@@ -76,9 +76,9 @@ class Problem:
 
 
 def load_source(code: str, name: str) -> ModuleType:
-    from autokernel.config import resolve_home
+    from autokernel.config import cache_dir
 
-    cache = resolve_home().cache / "kb_sources"
+    cache = cache_dir() / "kb_sources"
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{name}.py"
     if not path.exists() or path.read_text() != code:

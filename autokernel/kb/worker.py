@@ -5,82 +5,38 @@ untrusted solution code; the parent (evaluate.KBWorker) holds the time limit.
 The protocol (KernelBench's current evaluation, plus our anti-cheat):
 - inputs always come from the problem file (get_inputs / get_init_inputs), never from the solution;
 - the seed is set before constructing each model, so Model and ModelNew get identical weights;
-- 5 correctness trials, each on fresh inputs (seed + trial), atol = rtol = 1e-4 for fp32 outputs,
-  1e-2 for fp16/bf16; the reference runs first, its outputs are copied and then overwritten with
-  NaN (and freed blocks of the CUDA cache are NaN-poisoned) before the candidate runs, and the
-  candidate's torch.empty* return NaN-filled tensors, so an unwritten output never passes;
-  outputs must not alias inputs, inputs must stay unchanged, an output object/storage returned
-  again on a later trial (a cached output) is refused;
-- the candidate must launch kernels of its own: Triton functions defined in its file, or on the
-  GPU kernels that are neither library (cuBLAS, cuDNN, aten) nor generic; under fp32 tolerance,
-  half-precision tensors handed to its own kernels are a refused precision downcast;
-- timing on the GPU: CUDA events around each call, 3 warm-ups, 100 trials (the first discarded),
-  the L2 flushed and the inputs cloned before every trial; the device is synchronized inside the
-  timed region and work that finishes only after the current stream's end event (side streams)
-  is refused; eager and torch.compile timed live in this process; speed-ups over 10x are re-timed
-  and flagged. On a machine without a GPU: correctness as above, and CPU wall-clock timing that is
-  labelled as such (never GPU timings);
+- 5 correctness trials, atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16. Every trial
+  refills the same input tensors with the values of a new seed (a result cached by address
+  fails); ModelNew runs first, and only then are the inputs made again and the reference Model
+  built and run (kb/inputs.py): nothing it could find while it runs holds the answer. Freed
+  blocks of the CUDA cache are NaN-poisoned and the candidate's torch.empty* return NaN-filled
+  tensors, so an unwritten output never passes; outputs must not alias inputs, inputs must stay
+  unchanged, and every accepted output is checked again after the later trials (one overwritten
+  by a later call, or the same memory returned again, is refused);
+- anti-cheat on every trial: ModelNew must not subclass the problem's Model or run its forward
+  (kb/guards.py); it must launch kernels of its own, and library work may be at most MAX_SHARE
+  of its work (GPU time, or elements under the interpreter: bench/share.py); under fp32
+  tolerance, half-precision tensors handed to its own kernels are a refused precision downcast;
+  anything the judge trusts (its modules, torch, the problem's Model) must be unchanged after
+  each call (bench/integrity.py);
+- timing (kb/timing.py): on the GPU CUDA events around each call, 3 warm-ups, 100 trials (the
+  first discarded), the L2 flushed and the inputs refilled in place before every trial; the
+  device is synchronized inside the timed region and work that finishes only after the current
+  stream's end event (side streams) is refused; a few timed outputs are checked; eager and
+  torch.compile timed live in this process; speed-ups over 10x are re-timed and flagged. On a
+  machine without a GPU: correctness as above, and CPU wall-clock timing labelled as such;
 - a reference output that is constant or entirely below the tolerance marks the problem degenerate.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 import traceback
 
+
 TRIALS = 5
-WARMUP = 3
-REPS = 100
-QUICK_REPS = 25
-FLAG_SPEEDUP = 10.0
-BASELINE_S = 300.0  # eager + torch.compile of the reference on a cold cache
-CPU_TIMING = "CPU wall clock under the Triton interpreter (no GPU): not GPU timings, not comparable to published numbers"
-SIDE_STREAM_SLACK_US = 50.0
-
-_baselines: dict = {}
-
-
-def tolerance(dtype) -> tuple[float, float]:
-    import torch
-
-    if dtype in (torch.float16, torch.bfloat16):
-        return 1e-2, 1e-2
-    return 1e-4, 1e-4
-
-
-def _flat(obj) -> list:
-    return list(obj) if isinstance(obj, (tuple, list)) else [obj]
-
-
-def _to(a, device):
-    import torch
-
-    return a.to(device) if isinstance(a, torch.Tensor) else a
-
-
-def _make_inputs(prob, device: str) -> list:
-    """prob.get_inputs() with the device as the default for its factories: problems that
-    sample a billion values (L1 94 draws two 32768^2 Pareto tensors) would spend minutes doing it
-    on the host and then copying; tensors it places itself are moved."""
-    import torch
-
-    with torch.device(device):
-        return [_to(a, device) for a in prob.get_inputs()]
-
-
-def _clone(args) -> list:
-    import torch
-
-    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
+MAX_SHARE = 0.9  # KernelBench allows library ops next to one's own kernels, not instead of them
 
 
 def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
@@ -102,40 +58,7 @@ def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
     return None
 
 
-class _DtypeSpy:
-    """Records the dtypes of tensors handed to Triton functions defined in the solution file."""
-
-    def __init__(self, module_name: str):
-        self.module_name = module_name
-        self.dtypes: set = set()
-        self.patched: list = []
-
-    def __enter__(self):
-        import torch
-
-        from autokernel.bench.launches import _triton_classes
-
-        for cls in _triton_classes():
-            orig = cls.run
-
-            def run(this, *args, __orig=orig, **kwargs):
-                fn = getattr(this, "fn", None)
-                if getattr(fn, "__module__", None) == self.module_name:
-                    for a in list(args) + list(kwargs.values()):
-                        if isinstance(a, torch.Tensor):
-                            self.dtypes.add(a.dtype)
-                return __orig(this, *args, **kwargs)
-
-            self.patched.append((cls, orig))
-            cls.run = run
-        return self
-
-    def __exit__(self, *exc):
-        for cls, orig in self.patched:
-            cls.run = orig
-
-
-def _library_patterns() -> tuple[str, ...]:
+def library_patterns() -> tuple[str, ...]:
     from autokernel.kernels import KERNEL_TYPES, get_spec
 
     pats = []
@@ -144,64 +67,79 @@ def _library_patterns() -> tuple[str, ...]:
     return tuple(dict.fromkeys(pats + ["gemm", "cutlass", "cublas", "cudnn", "sm90_xmma", "ampere_", "volta_"]))
 
 
-def time_gpu(fn, inputs: list, reps: int) -> dict:
-    """KernelBench timing: WARMUP calls, then `reps` trials (the first discarded), each on freshly
-    cloned inputs after an L2 flush; CUDA events around the call on the current stream (`stream`),
-    and a second end event after a device-wide synchronize (`device`)."""
-    import torch
+class Trial:
+    """What one call of ModelNew is watched with; `why()` after it: a cheat's reason or None."""
 
-    from autokernel.bench.timing import _flush_buffer
+    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool):
+        from autokernel.kb.guards import DtypeSpy, ReferenceGuard
 
-    flush = _flush_buffer("cuda")
-    for _ in range(WARMUP):
-        fn(*_clone(inputs))
-    torch.cuda.synchronize()
-    stream, device = [], []
-    for _ in range(reps):
-        args = _clone(inputs)
-        flush.zero_()
-        torch.cuda.synchronize()
-        s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        s.record()
-        out = fn(*args)
-        m.record()
-        torch.cuda.synchronize()
-        e.record()
-        e.synchronize()
-        stream.append(s.elapsed_time(m) * 1e3)
-        device.append(s.elapsed_time(e) * 1e3)
-        del out, args
-    stream, device = stream[1:], device[1:]
-    q = statistics.quantiles(stream, n=4) if len(stream) >= 4 else [min(stream), 0, max(stream)]
-    return {"median_us": statistics.median(stream), "iqr_us": q[2] - q[0], "device_us": statistics.median(device),
-            "reps": len(stream)}
+        self.guard, self.spy = ReferenceGuard(prob.Model), DtypeSpy(mod_name)
+        self.mod_name, self.launches, self.snapshot, self.cuda, self.profile = mod_name, launches, snapshot, cuda, profile
 
+    def call(self, new, args):
+        import contextlib
 
-def time_cpu(fn, inputs: list, budget_s: float = 2.0, max_reps: int = 20) -> dict:
-    fn(*_clone(inputs))
-    samples = []
-    end = time.perf_counter() + budget_s
-    while len(samples) < 3 or (len(samples) < max_reps and time.perf_counter() < end):
-        args = _clone(inputs)
-        t = time.perf_counter()
-        fn(*args)
-        samples.append((time.perf_counter() - t) * 1e6)
-    q = statistics.quantiles(samples, n=4)
-    return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "reps": len(samples)}
+        import torch
+
+        from autokernel.bench.checks import poisoned_empty
+        from autokernel.bench.launches import record_gpu, record_triton
+        from autokernel.bench.share import TorchWork
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.spy)
+            stack.enter_context(record_triton(self.mod_name, self.launches))
+            if self.cuda and self.profile:
+                stack.enter_context(record_gpu(self.launches))
+            elif not self.cuda:
+                stack.enter_context(TorchWork(self.launches.meter))
+            stack.enter_context(poisoned_empty())
+            stack.enter_context(torch.no_grad())
+            with self.guard:
+                out = new(*args)
+            if self.cuda:
+                torch.cuda.synchronize()
+        return out
+
+    def why(self) -> str | None:
+        """Right after the call: why it is a cheat (changed the judge, ran the problem's Model, no
+        kernels of its own, library work over MAX_SHARE), or None."""
+        from autokernel.bench.integrity import CHANGED, outside_a_call
+        from autokernel.bench.launches import cheat_reason, library_reason
+
+        changed = CHANGED(self.snapshot) or outside_a_call()
+        if changed:
+            return f"the candidate modified the judge itself ({changed})"
+        why = cheat_reason(self.launches, library_patterns(), self.cuda) or self.guard.reason()
+        if why:
+            return f"own-kernel check: {why}"
+        return library_reason(self.launches, library_patterns(), self.cuda, MAX_SHARE)
+
+    def downcast(self, out_dtype) -> str | None:
+        import torch
+
+        low = sorted(str(d).replace("torch.", "") for d in self.spy.dtypes if d in (torch.float16, torch.bfloat16))
+        if out_dtype == torch.float32 and low:
+            return f"precision downcast: its own kernels received {', '.join(low)} tensors for an fp32 problem"
+        return None
 
 
 def judge_kb(req: dict, notify=lambda m: None) -> dict:
+    import hashlib
     import signal
 
     import torch
 
     from autokernel.bench import judge as bj
     from autokernel.bench.checks import (CheckFailure, check_inputs_unchanged, check_no_alias, check_structure,
-                                         compare, poison_cuda_cache, poisoned_empty, snapshot)
+                                         compare, poison_cuda_cache)
     from autokernel.bench.gpu_compile import compile_stage, record_launches
-    from autokernel.bench.launches import Launches, cheat_reason, record_gpu, record_triton, short_name
+    from autokernel.bench.integrity import CHANGED, judge_snapshot
+    from autokernel.bench.launches import Launches, library_share, short_name
+    from autokernel.bench.across_calls import OutputLedger
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
+    from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
+    from autokernel.kb.inputs import Inputs, flat, reference_outputs, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
 
@@ -214,109 +152,85 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     res.extra.update(problem=req.get("problem_name"), interpreted=not cuda)
     timeout_s = float(req.get("timeout_s") or 600)
     seed = int(req.get("seed", 42))
-    quick = bool(req.get("quick"))
-    old = signal.signal(signal.SIGALRM, bj._alarm)
+    old = signal.signal(signal.SIGALRM, bj.on_alarm)
     stage = "load"
     restart = False
     recording = None
     deadline = time.monotonic() + timeout_s
-    try:
-        bj._arm(timeout_s)
-        code = req["problem_code"]
-        import hashlib
 
+    def cheat(why: str) -> dict:
+        res.stages.append(StageVerdict("smoke", "fail", why[:300]))
+        res.outcome, res.error = CHEAT, why
+        return {"result": res.to_dict(), "restart": "modified the judge" in why}
+
+    try:
+        bj.arm(timeout_s)
+        code = req["problem_code"]
         prob = load_source(code, "kb_problem_" + hashlib.sha256(code.encode()).hexdigest()[:16])
+        snapshot = judge_snapshot(extra_modules=[prob])
         kf = parse_source(req["source"])
         mod = import_kernel(kf)
         if not isinstance(getattr(mod, "ModelNew", None), type):
             raise KernelFileError("the solution defines no class ModelNew")
-        init = [_to(a, device) for a in prob.get_init_inputs()]
+        changed = CHANGED(snapshot)
+        if changed:
+            return cheat(f"the candidate modified the judge itself ({changed})")
+        if issubclass(mod.ModelNew, prob.Model):
+            return cheat("ModelNew subclasses the problem's own Model class (the reference is not a solution)")
+        init = [to_device(a, device) for a in prob.get_init_inputs()]
         stage = "construct"
-        torch.manual_seed(seed)
-        ref = prob.Model(*init).to(device)
         torch.manual_seed(seed)
         new = mod.ModelNew(*init).to(device)
         stage = "correctness"
         launches = Launches()
-        spy = _DtypeSpy(mod.__name__)
-        previous_outputs: list = []
+        ledger = OutputLedger(keep=TRIALS)
         max_abs = max_rel = 0.0
-        degenerate = None
-        out_dtype = None
+        degenerate = out_dtype = None
+        sizes: list[int] = []
         if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
             recording = record_launches()
             recording.__enter__()
+        trial_inputs = Inputs(prob, device, seed)
         for trial in range(TRIALS):
-            torch.manual_seed(seed + 1 + trial)
-            inputs = _make_inputs(prob, device)
-            with torch.no_grad():
-                ref_out = ref(*_clone(inputs))
-            _sync(device)
-            exact = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in _flat(ref_out)]
-            shaped = exact if isinstance(ref_out, (tuple, list)) else exact[0]
-            owned = {t.untyped_storage().data_ptr() for t in list(ref.parameters()) + list(ref.buffers())}
-            for o in _flat(ref_out):  # the reference's own buffers hold nothing a candidate could find
-                if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() \
-                        and o.untyped_storage().data_ptr() not in owned:
-                    o.detach().fill_(float("nan"))
-            del ref_out
-            float_outs = [t for t in exact if isinstance(t, torch.Tensor) and t.is_floating_point()]
-            out_dtype = float_outs[0].dtype if float_outs else torch.float32
-            atol, rtol = tolerance(out_dtype)
-            if trial == 0:
-                degenerate = degenerate_reason(exact, atol, rtol)
-                res.extra["degenerate"] = degenerate
+            args = trial_inputs.refill(trial)  # the same tensors every trial, new values
             if cuda:
-                poison_cuda_cache([t.numel() * t.element_size() for t in exact if isinstance(t, torch.Tensor)],
-                                  device)
-            args = _clone(inputs)
-            before = snapshot(args)
+                poison_cuda_cache(sizes or [a.numel() * a.element_size() for a in args
+                                            if isinstance(a, torch.Tensor)], device)
+            watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1))
             try:
+                out = watch.call(new, args)
                 if trial == 0:
-                    with spy, record_triton(mod.__name__, launches):
-                        if cuda:
-                            with record_gpu(launches), poisoned_empty(), torch.no_grad():
-                                out = new(*args)
-                        else:
-                            with poisoned_empty(), torch.no_grad():
-                                out = new(*args)
-                else:
-                    with poisoned_empty(), torch.no_grad():
-                        out = new(*args)
-                _sync(device)
-                if trial == 0:  # anti-cheat on the first call, before its values are even looked at
                     res.launched_kernels = [short_name(n) for n in launches.names()][:20]
-                    why = cheat_reason(launches, _library_patterns(), cuda)
-                    if why:
-                        res.stages.append(StageVerdict("smoke", "fail", why))
-                        res.outcome, res.error = CHEAT, f"own-kernel check: {why}"
-                        return {"result": res.to_dict(), "restart": False}
-                    low = sorted(str(d).replace("torch.", "") for d in spy.dtypes
-                                 if d in (torch.float16, torch.bfloat16))
-                    if out_dtype == torch.float32 and low:
-                        res.stages.append(StageVerdict("smoke", "fail", "precision downcast"))
-                        res.outcome = CHEAT
-                        res.error = (f"precision downcast: its own kernels received {', '.join(low)} tensors for "
-                                     f"an fp32 problem (tolerance {atol:g})")
-                        return {"result": res.to_dict(), "restart": False}
-                outs = check_structure(out, shaped, device)
-                check_no_alias(outs, args)
-                check_inputs_unchanged(before, args)
-                for o in outs:
-                    for p in previous_outputs:
-                        if o is p or (o.numel() and o.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()):
-                            raise CheckFailure("returned the same output tensor as on an earlier call "
-                                               "(a cached output)")
-                a, r = compare(outs, shaped, atol, rtol)
+                why = watch.why()  # before its values are even looked at
+                if why:
+                    return cheat(why)
+                check_no_alias([o for o in flat(out) if isinstance(o, torch.Tensor)], args)
+                fresh = trial_inputs.made(trial)  # after the call: the inputs again, then the reference
+                check_inputs_unchanged(fresh, args)
+                exact = reference_outputs(prob, init, device, seed, fresh)
+                floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+                out_dtype = floats[0].dtype if floats else torch.float32
+                why = watch.downcast(out_dtype)
+                if why:
+                    return cheat(why)
+                atol, rtol = tolerance(out_dtype)
+                if trial == 0:
+                    degenerate = degenerate_reason(flat(exact), atol, rtol)
+                    res.extra["degenerate"] = degenerate
+                outs = check_structure(out, exact, device)
+                ledger.recheck(outs)
+                a, r = compare(outs, exact, atol, rtol)
                 max_abs, max_rel = max(max_abs, a), max(max_rel, r)
+                ledger.accept(f"trial {trial + 1}", outs)
             except CheckFailure as exc:
                 res.stages.append(StageVerdict("smoke", "fail", f"trial {trial + 1}/{TRIALS}: {exc}"))
                 res.outcome, res.error = INCORRECT, f"correctness trial {trial + 1}/{TRIALS}: {exc}"
                 res.extra["degenerate"] = degenerate
                 return {"result": res.to_dict(), "restart": False}
-            previous_outputs.extend(outs)
-            del out, outs, args, before, exact
+            sizes = [t.numel() * t.element_size() for t in flat(exact) if isinstance(t, torch.Tensor)]
+            del out, outs, exact, fresh
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
+        res.extra["library_share"] = round(library_share(launches, library_patterns(), cuda)[0], 4)
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
         res.dtype = str(out_dtype).replace("torch.", "")
@@ -325,41 +239,28 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
         res.outcome = CORRECT
-        bj._disarm()
+        bj.disarm()
         if req.get("timing", True):
             stage = "timing"
-            torch.manual_seed(seed)
-            inputs = _make_inputs(prob, device)
-            if cuda:
-                _time_gpu_all(res, ref, new, inputs, code, quick, deadline, notify)
-            else:
-                bj._arm(max(1.0, deadline - time.monotonic() - 0.5))
-                with torch.no_grad():
-                    t = time_cpu(new, inputs)
-                    key = (code, "cpu")
-                    if key not in _baselines:
-                        _baselines[key] = (time_cpu(ref, inputs)["median_us"], None)
-                bj._disarm()
-                res.latency_us, res.latency_iqr_us = t["median_us"], t["iqr_us"]
-                res.eager_us, res.compile_us = _baselines[key]
-                res.speedup_vs_eager = res.eager_us / res.latency_us if res.latency_us else None
-                res.extra["timing"] = CPU_TIMING
-                res.extra["compile"] = "not timed on the CPU"
+            why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
+            changed = CHANGED(snapshot)
+            if why or changed:
+                return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
     except BaseException as exc:
-        bj._disarm()
+        bj.disarm()
         if isinstance(exc, KeyboardInterrupt):
             raise
         outcome, restart = bj.classify(exc)
-        root = bj._root(exc)
+        root = bj.root_cause(exc)
         res.outcome = outcome if outcome != CORRECT else CRASHED
         if isinstance(root, KernelFileError):
             res.outcome, res.error = COMPILE_ERROR, root.one_line()
         elif isinstance(root, bj.StageTimeout):
             res.error = f"{stage}: exceeded its time limit ({timeout_s:.0f} s)"
         else:
-            res.error = bj._tail(f"{stage}: " + "".join(traceback.format_exception(root)))
+            res.error = bj.tail_text(f"{stage}: " + "".join(traceback.format_exception(root)))
     finally:
-        bj._disarm()
+        bj.disarm()
         if recording is not None:
             recording.__exit__(None, None, None)
         signal.signal(signal.SIGALRM, old)
@@ -370,67 +271,6 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             except Exception:
                 restart = True
     return {"result": res.to_dict(), "restart": restart}
-
-
-def _time_gpu_all(res, ref, new, inputs, code: str, quick: bool, deadline: float, notify) -> None:
-    import torch
-
-    from autokernel.bench import judge as bj
-    from autokernel.bench.result import CHEAT
-    from autokernel.bench.timing import COMPILE_MODE
-
-    reps = QUICK_REPS if quick else REPS
-    key = (code, "cuda")
-    baseline_s = 0.0  # the bench's own time: not taken from the candidate's limit
-    if key not in _baselines:
-        notify({"extend_s": 2 * BASELINE_S})
-        t0 = time.monotonic()
-        bj._arm(BASELINE_S)
-        try:
-            with torch.no_grad():
-                eager = time_gpu(ref, inputs, REPS)
-            bj._disarm()
-            bj._arm(BASELINE_S)
-            try:
-                compiled = torch.compile(ref, mode=COMPILE_MODE)
-                with torch.no_grad():
-                    comp = time_gpu(compiled, inputs, REPS)["median_us"]
-                comp_err = None
-            except bj.StageTimeout:
-                bj._disarm()
-                comp, comp_err = None, f"torch.compile did not finish within {BASELINE_S:.0f} s"
-            except Exception as exc:  # an inductor failure must not sink the candidate
-                bj._disarm()
-                comp, comp_err = None, f"{type(exc).__name__}: {str(exc)[:300]}"
-            _baselines[key] = (eager["median_us"], comp, comp_err)
-        finally:
-            bj._disarm()
-            baseline_s = time.monotonic() - t0
-            notify({"extend_s": baseline_s - 2 * BASELINE_S})
-    eager_us, comp_us, comp_err = _baselines[key]
-    bj._arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
-    with torch.no_grad():
-        t = time_gpu(new, inputs, reps)
-        if t["median_us"] * FLAG_SPEEDUP < eager_us:
-            t2 = time_gpu(new, inputs, REPS)  # too good to be true: time again before reporting
-            res.extra["first_timing_us"] = t["median_us"]
-            t = t2
-            res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
-    bj._disarm()
-    res.extra.update(device_sync_us=t["device_us"], reps=t["reps"], warmup=WARMUP, compile_mode=COMPILE_MODE,
-                     timing="CUDA events, L2 flushed and inputs cloned per trial, first trial discarded")
-    if comp_err:
-        res.extra["compile_error"] = comp_err
-    if t["device_us"] > 1.5 * t["median_us"] + SIDE_STREAM_SLACK_US:
-        res.outcome = CHEAT
-        res.error = (f"work outside the timed stream: {t['median_us']:.1f} us between the stream's events but "
-                     f"{t['device_us']:.1f} us until the device was idle (side streams are not allowed to hide work)")
-        return
-    res.gpu_timing = True
-    res.latency_us, res.latency_iqr_us = t["median_us"], t["iqr_us"]
-    res.eager_us, res.compile_us = eager_us, comp_us
-    res.speedup_vs_eager = eager_us / t["median_us"] if t["median_us"] > 0 else None
-    res.speedup_vs_compile = comp_us / t["median_us"] if comp_us and t["median_us"] > 0 else None
 
 
 def main() -> int:

@@ -116,6 +116,7 @@ class Experiment(SQLModel, table=True):
     # the judge (one worker on one GPU, in one session of the run) that judged it; None: the run's
     # own single bench worker (a loop without --gpus/--workers/--ray)
     judge_id: Optional[int] = Field(default=None, foreign_key="judges.id")
+    isolation: Optional[str] = None  # the judge's sandbox line, or "none: ..." when the candidate ran without
 
 
 class Judge(SQLModel, table=True):

@@ -1,0 +1,186 @@
+"""What the judge checks across a candidate's calls, not within one.
+
+- `OutputLedger`: outputs it returned earlier are kept and checked again after its later calls. A
+  candidate that returns a view of a persistent buffer (or one output object it keeps handing back)
+  passes any check made right after the call; the next call overwrites what it returned. So no new
+  output may share memory with an accepted one, and none may have changed since it was accepted
+  (a copy of its bytes: exact, NaN-safe).
+- `Refill`: one shape's input tensors, given the values of a new seed before every timed call (the
+  same memory, new contents): an output cached by input address or by a fingerprint of the
+  contents is never the right answer while timed; `inputs(i)` makes call i's inputs again for its
+  reference.
+- `Sampled`: the outputs of a few timed calls, each with a copy taken right after the call (on the
+  GPU, on the calling stream, before anything waits for other streams); after the run, when nothing
+  is timed, `verdict()` checks the copies against the reference and that the outputs themselves
+  were not overwritten by later calls or share memory. `choose` picks the calls of a run of known
+  length, `Reservoir` those of a run that stops on a time budget (uniformly, and the last one).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Callable, Sequence
+
+import torch
+
+from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
+
+KEEP = 8  # outputs kept for re-checking (the most recent)
+KEEP_BYTES = 64 << 20  # larger outputs are not kept (a copy of a multi-GB output is not free); small ones catch it
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def unchanged(t: torch.Tensor, saved: torch.Tensor) -> bool:
+    """Bytewise equal to the copy `saved` (exact, and NaN-safe unlike ==)."""
+    return torch.equal(_bytes(t), saved)
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    return sa.data_ptr() < sb.data_ptr() + sb.nbytes() and sb.data_ptr() < sa.data_ptr() + sa.nbytes()
+
+
+class OutputLedger:
+    """The accepted outputs of one candidate; `recheck(new_outputs)` after each of its calls."""
+
+    def __init__(self, keep: int = KEEP):
+        self.keep = keep
+        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # label, output, a copy of its bytes
+
+    def recheck(self, new: Sequence[torch.Tensor] = ()) -> None:
+        """Raise CheckFailure when a new output shares memory with an accepted one, or when an
+        accepted output changed since it was accepted (a later call overwrote it)."""
+        for label, old, _ in self._kept:
+            if not old.numel():
+                continue
+            for i, o in enumerate(new):
+                if isinstance(o, torch.Tensor) and o.numel() and _overlap(o, old):
+                    raise CheckFailure(f"output {i} reuses the memory of an output it returned before "
+                                           f"({label}): earlier results would be overwritten")
+        for label, old, saved in self._kept:
+            if not unchanged(old, saved):
+                raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
+                                   "memory that it overwrites)")
+
+    def verify_kept(self) -> None:
+        """The kept outputs among themselves: none changed since accepted, no two share memory."""
+        for j, (label, out, saved) in enumerate(self._kept):
+            if not unchanged(out, saved):
+                raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
+                                   "memory that it overwrites)")
+            for other_label, other, _ in self._kept[:j]:
+                if out.numel() and other.numel() and _overlap(out, other):
+                    raise CheckFailure(f"{label} reuses the memory of {other_label}: earlier results would be "
+                                       "overwritten")
+
+    def accept(self, label: str, outs: Sequence[torch.Tensor]) -> None:
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor) and o.numel() * o.element_size() <= KEEP_BYTES:
+                self._kept.append((f"{label}, output {i}" if len(outs) > 1 else label, o, _bytes(o).clone()))
+        del self._kept[:-self.keep]
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+
+SAMPLES = 5  # calls of a timed run whose outputs are checked: a candidate stale on half its timed
+# calls (what it takes to move the median) escapes all five with probability 1/32
+
+
+class Refill:
+    """The inputs of one timed shape, given new values in place by seed: refill(i) before
+    repetition i; inputs(i) makes repetition i's inputs again (for its reference)."""
+
+    def __init__(self, spec, shape, dtype, device):
+        self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
+        self.base = int.from_bytes(os.urandom(4), "little")
+        self.args = self.inputs(-1)
+
+    def inputs(self, i: int) -> tuple:
+        return make_inputs(self.spec, self.shape, self.dtype, self.device, (self.base * 1_000_003 + i + 1) % 2**62)
+
+    def __call__(self, i: int) -> None:
+        for a, v in zip(self.args, self.inputs(i)):
+            if isinstance(a, torch.Tensor):
+                a.copy_(v)
+
+
+class Sampled:
+    """Outputs of chosen calls, each under a key that `expected(key)` turns into (the reference's
+    output for that call's inputs, atol, rtol); judged after the run by `verdict()`."""
+
+    def __init__(self, expected: Callable[[Any], tuple[Any, float, float]], keep: int = SAMPLES):
+        self.expected = expected
+        self.taken: list[tuple[Any, list[torch.Tensor]]] = []
+        self.ledger = OutputLedger(keep=keep)
+
+    def take(self, key, out, copies: list | None = None) -> None:
+        outs = _tensors(out)
+        self.taken.append((key, copies if copies is not None else [o.detach().clone() for o in outs]))
+        self.ledger.accept(f"timed call {len(self.taken)}", outs)
+
+    def verdict(self) -> str | None:
+        try:
+            self.ledger.verify_kept()
+            for key, copies in self.taken:
+                exact, atol, rtol = self.expected(key)
+                compare(copies, exact, atol, rtol)
+        except CheckFailure as exc:
+            return f"an output it returned while timed is wrong: {exc}"
+        return None
+
+
+def spec_expected(spec, refill: Refill) -> Callable[[int], tuple[Any, float, float]]:
+    """expected(i) for a kernel type: the spec's float64 reference on call i's inputs."""
+
+    def expected(i: int):
+        exact, meta = reference_outputs(spec, refill.inputs(i))
+        first = meta[0] if isinstance(meta, (tuple, list)) else meta
+        atol, rtol = spec.tolerance(first.dtype if first.is_floating_point() else refill.dtype)
+        return exact, atol, rtol
+
+    return expected
+
+
+def choose(n_calls: int, samples: int = SAMPLES, skip_last: bool = True) -> set[int]:
+    """Which of n_calls calls to sample, unpredictably (never the last one with `skip_last`: on
+    the GPU what is queued after it would count as tail time)."""
+    pool = range(max(1, n_calls - 1) if skip_last else n_calls)
+    return set(random.SystemRandom().sample(pool, min(samples, len(pool))))
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    return [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
+
+
+class Reservoir:
+    """For a run whose length is not known in advance (CPU timing stops on a time budget): `k`
+    calls sampled uniformly from all of them (Algorithm R), plus the last call, each with a copy of
+    its output taken when it returned. `into(sampled)` hands them over for the verdict."""
+
+    def __init__(self, k: int = 3):
+        self.k, self.seen = k, 0
+        self.slots: list[tuple] = []
+        self.last: tuple | None = None
+        self.rng = random.SystemRandom()
+
+    def offer(self, key, out) -> None:
+        entry = (key, out, [o.detach().clone() for o in _tensors(out)])
+        self.seen += 1
+        if len(self.slots) < self.k:
+            self.slots.append(entry)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < self.k:
+                self.slots[j] = entry
+        self.last = entry
+
+    def into(self, sampled: Sampled) -> Sampled:
+        last = [self.last] if self.last is not None and all(self.last is not e for e in self.slots) else []
+        for key, out, copies in self.slots + last:
+            sampled.take(key, out, copies)
+        return sampled

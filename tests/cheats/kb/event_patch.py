@@ -1,0 +1,37 @@
+"""Cheat, family 4 (KernelBench): patches torch.cuda.Event at import so that timings shrink 3x.
+Caught on the CPU and the GPU right after import, as a change to a timing entry point."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "kb"
+BACKEND = "triton"
+
+
+@triton.jit
+def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=m), 0.0), mask=m)
+
+
+def kernel_fn(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _relu[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+class _Event(torch.cuda.Event):
+    def elapsed_time(self, end):
+        return super().elapsed_time(end) / 3.0
+
+
+torch.cuda.Event = _Event
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return kernel_fn(x)

@@ -1,0 +1,179 @@
+"""The judges' anti-cheat building blocks in-process (fast; no worker): the integrity snapshot, the
+output ledger, the library-share meter, the KernelBench reference guard, and the kernel file's
+DETERMINISTIC rule."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from autokernel.bench.checks import CheckFailure
+
+
+@pytest.fixture
+def snapshot():
+    from autokernel.bench.integrity import judge_snapshot
+    from autokernel.kernels import KERNEL_TYPES, get_spec
+
+    snap = judge_snapshot(specs=[get_spec(t) for t in KERNEL_TYPES])
+    assert snap.changed() is None
+    return snap
+
+
+def test_integrity_names_each_kind_of_change_and_forgives_nothing_else(snapshot, monkeypatch):
+    import autokernel.bench.checks as checks
+    import autokernel.kernels.reduce as reduce_mod
+
+    spec = reduce_mod.SPEC
+    cases = [
+        (lambda: monkeypatch.setattr(checks, "compare", lambda *a, **k: (0.0, 0.0)), "autokernel.bench.checks.compare"),
+        (lambda: monkeypatch.setattr(checks, "bool", lambda x: False, raising=False),
+         "autokernel.bench.checks (a new attribute 'bool')"),
+        (lambda: monkeypatch.setattr(reduce_mod.reference, "__code__", (lambda x: x).__code__),
+         "autokernel.kernels.reduce.reference (its code)"),
+        (lambda: monkeypatch.setattr(spec, "reference", lambda x: x), "spec reduce.reference"),
+        (lambda: monkeypatch.setitem(spec.tolerances, "float32", (1.0, 1.0)), "spec reduce.tolerances (its contents)"),
+        (lambda: monkeypatch.setattr(torch.Tensor, "sum", lambda *a, **k: None, raising=False),
+         "torch.Tensor (a new attribute 'sum')"),
+        (lambda: monkeypatch.setattr(torch.cuda, "Event", type("E", (), {})), "torch.cuda.Event"),
+        (lambda: monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda *a: 0.0),
+         "torch.cuda.Event.elapsed_time"),
+        (lambda: monkeypatch.setattr("builtins.max", lambda *a, **k: 0), "builtins.max"),
+    ]
+    for patch, label in cases:
+        patch()
+        assert snapshot.changed() == label
+        monkeypatch.undo()
+        assert snapshot.changed() is None, label
+
+
+@pytest.mark.filterwarnings("ignore:Warning only once")
+def test_integrity_sees_a_python_kernel_for_an_aten_op(snapshot):
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("relu", lambda x: torch.zeros_like(x), "CPU")
+        assert snapshot.changed() == "torch.library registrations (a Python kernel for an aten op)"
+    finally:
+        lib._destroy()
+    assert snapshot.changed() is None
+    assert torch.relu(torch.tensor([-1.0, 2.0])).tolist() == [0.0, 2.0]  # the real kernel is back
+
+
+def test_integrity_takes_torch_dynamo_wrapping_manual_seed_as_no_change(snapshot):
+    import torch._dynamo  # noqa: F401  (rebinds torch.manual_seed to a disable-dynamo wrapper of it)
+
+    assert snapshot.changed() is None
+
+
+def test_ledger_refuses_a_reused_buffer_and_an_overwritten_output():
+    from autokernel.bench.across_calls import OutputLedger
+
+    ledger = OutputLedger()
+    buf = torch.zeros(9)
+    first = buf[1:5]
+    ledger.accept("call 1", [first])
+    with pytest.raises(CheckFailure, match="reuses the memory of an output it returned before"):
+        ledger.recheck([buf[5:]])
+    ledger.recheck([torch.ones(4)])  # fresh memory is fine
+    buf[2] = 7.0
+    with pytest.raises(CheckFailure, match="call 1 changed after a later call"):
+        ledger.recheck([torch.ones(4)])
+    nan = torch.full((3,), float("nan"))
+    ledger = OutputLedger()
+    ledger.accept("nan", [nan])
+    ledger.recheck([])  # NaN == NaN bytewise: unchanged
+
+
+def test_library_work_is_counted_however_the_op_is_reached():
+    import importlib
+
+    from autokernel.bench.share import TorchWork, WorkMeter, cpu_share, share_reason
+
+    x = torch.randn(8, 16)
+    meter = WorkMeter()
+    with TorchWork(meter):
+        torch.ops.aten.sum.dim_IntList(x, [-1])
+        getattr(importlib.import_module("torch"), "sum")(x, -1)
+        x.sum(-1)
+        x.view(16, 8).t()  # views and allocations are free
+        torch.empty(100)
+    assert meter.foreign == {"sum": 3 * (128 + 8)}
+    meter.own = 3 * (128 + 8) / 9  # its own kernels did a tenth of the work
+    share, what = cpu_share(meter)
+    assert share == pytest.approx(0.9) and "torch sum 90%" in what
+    assert "did 90% of its work" in share_reason(share, what, on_gpu=False)
+    assert share_reason(share, what, on_gpu=False, max_share=0.95) is None
+    with TorchWork(meter):
+        x @ x.t()  # a matmul counts its multiply-accumulates
+    assert meter.foreign["matmul"] == 8 * 8 * 16
+
+
+PROBLEM = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+
+        def forward(self, x):
+            """Doubles x."""
+            return x * 2
+''')
+
+
+def test_reference_guard_sees_the_problems_forward_by_its_code():
+    from autokernel.kb.guards import ReferenceGuard
+
+    prob, copy = {}, {}
+    exec(compile(PROBLEM, "problem.py", "exec"), prob)
+    exec(compile(PROBLEM.replace('"""Doubles x."""', "") + textwrap.dedent('''
+        class ModelNew(Model):
+            def forward(self, x):
+                return super().forward(x) + 0
+
+
+        class Honest(Model):
+            def forward(self, x):
+                return x + x
+    '''), "solution.py", "exec"), copy)
+    x = torch.ones(3)
+    for cls, hit in ((copy["ModelNew"], True), (copy["Honest"], False), (prob["Model"], True)):
+        guard = ReferenceGuard(prob["Model"])
+        with guard:
+            cls()(x)
+        assert (guard.reason() is not None) == hit, cls
+    guard = ReferenceGuard(prob["Model"])
+    with guard:
+        import sys
+
+        sys.setprofile(None)
+    assert "switched off" in guard.reason()
+
+
+def test_deterministic_false_needs_a_reason():
+    from autokernel.errors import KernelFileError
+    from autokernel.kernelfile import parse_source
+
+    src = 'KERNEL_TYPE = "reduce"\nBACKEND = "triton"\nDETERMINISTIC = False\n\ndef kernel_fn(x):\n    return x\n'
+    with pytest.raises(KernelFileError, match="NONDETERMINISM_REASON"):
+        parse_source(src)
+    kf = parse_source(src + 'NONDETERMINISM_REASON = "atomic adds"\n')
+    assert not kf.deterministic and kf.nondeterminism_reason == "atomic adds"
+    assert parse_source(src.replace("False", "True")).deterministic
+
+
+def test_gpu_share_weighs_kernel_time_and_ignores_fills():
+    from autokernel.bench.launches import is_foreign
+    from autokernel.bench.share import gpu_share, share_reason
+
+    pats = ("at::native::reduce_kernel",)
+    kernels = [("_row_sum", 10.0), ("void at::native::reduce_kernel<512, 1>(...)", 30.0),
+               ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)", 500.0)]
+    share, what = gpu_share(kernels, lambda n: is_foreign(n, pats))
+    assert share == pytest.approx(0.75) and "reduce_kernel" in what
+    assert "75% of its GPU time" in share_reason(share, what, on_gpu=True)
+    assert gpu_share([("_row_sum", 10.0)], lambda n: is_foreign(n, pats))[0] == 0.0
