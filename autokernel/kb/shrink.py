@@ -1,0 +1,100 @@
+"""Smaller instances of an official KernelBench problem, for checking its generated start on the CPU.
+
+KernelBench's shapes are sized for a GPU: under the Triton interpreter one call of L1 42 (a
+32x64x512x512 max pool) would take hours. The problem's op structure is kept and only its sizes
+change: every module-level name bound to an integer literal (or an expression of literals, or a
+list / tuple of them: `layer_sizes = [16384, 16384]`) above `cap` becomes `cap/2 + v % (cap/2)`,
+so its residue modulo every power of two up to cap/2 stays (an odd size stays odd, a multiple of
+16 stays one, 8205 stays ragged) and small divisors stay divisors (768 heads of 8: 768 -> 32);
+names with "batch" in them drop to at most `batch`. Names bound to expressions of other names
+(`bias_shape = (out_channels, 1, 1)`, `out = in_channels * 2`) are left as they are and follow.
+Sizes written inside get_inputs() stay (the few 224x224 images of level 3).
+
+The caller checks what a shrink kept (the reference still runs, the generated start is built from
+the same ops) and tries a milder cap when it did not: see `shrink_candidates`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from autokernel.kb.problems import Problem
+
+CAPS = (64, 128, 256, 1 << 62)  # tried in this order (the last shrinks the batch only); then the problem as it is
+SMALL_BATCH = 2
+
+
+def _literal_int(node) -> int | None:
+    """The value of an int literal or an arithmetic expression of int literals, else None."""
+    if not all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop)) for n in ast.walk(node)):
+        return None
+    try:
+        v = eval(compile(ast.Expression(node), "<size>", "eval"), {"__builtins__": {}})
+    except Exception:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def shrink_value(v: int, cap: int, batch: bool = False) -> int:
+    if batch:
+        return min(v, SMALL_BATCH)
+    if v <= cap:
+        return v
+    base = cap // 2
+    return base + v % base
+
+
+def shrink_code(code: str, cap: int) -> tuple[str, dict]:
+    """(the code with its module-level sizes shrunk, {name: (old, new)} of what changed)."""
+    tree = ast.parse(code)
+    changed: dict[str, tuple] = {}
+    lines = code.splitlines(keepends=True)
+    edits = []  # (line, col, end_line, end_col, new text), applied from the end
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if len(names) != len(targets):
+            continue
+        is_batch = any("batch" in n.lower() for n in names)
+        value = node.value
+        if isinstance(value, (ast.List, ast.Tuple)):
+            items = [_literal_int(e) for e in value.elts]
+            if not items or any(i is None for i in items):
+                continue
+            new = [shrink_value(i, cap, is_batch) for i in items]
+            if new == items:
+                continue
+            text = repr(new) if isinstance(value, ast.List) else repr(tuple(new))
+            old = items
+        else:
+            old = _literal_int(value)
+            if old is None:
+                continue
+            new = shrink_value(old, cap, is_batch)
+            if new == old:
+                continue
+            text = repr(new)
+        edits.append((value.lineno, value.col_offset, value.end_lineno, value.end_col_offset, text))
+        for n in names:
+            changed[n] = (old, new)
+    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
+        head = lines[line - 1][:col]
+        tail = lines[end_line - 1][end_col:]
+        lines[line - 1:end_line] = [head + text + tail]
+    return "".join(lines), changed
+
+
+def shrink_candidates(problem: Problem) -> Iterator[tuple[Problem, dict]]:
+    """Smaller instances of the problem, mildest last, then the problem itself ({} changed)."""
+    seen = set()
+    for cap in CAPS:
+        code, changed = shrink_code(problem.code, cap)
+        if not changed or code in seen:
+            continue
+        seen.add(code)
+        yield Problem(problem.source, problem.level, problem.problem_id, problem.name, code, problem.path,
+                      size=f"cap{cap}"), changed
+    yield problem, {}
