@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from autokernel.kb.dimred_pieces import DIMRED_OPS
 from autokernel.kb.fx_nodes import dim_ok, fn_name, is_float_tensor, is_number, is_scalar_node, needs_layout, node_ndim
+from autokernel.kb.norm_rewrites import norm_stats
 from autokernel.kb.pattern_rules import PatternRules
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
@@ -146,6 +147,9 @@ class OpRules(PatternRules):
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
+        if node.op == "call_function" and node.target is norm_stats:
+            self.generated["norm"].add(node)
+            return f"_kb_norm_stats({self.call(node.args, node.kwargs)})"
         taken = self.fallback_call(node)
         if taken is not None:
             return taken

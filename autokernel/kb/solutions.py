@@ -47,6 +47,8 @@ from autokernel.kb.conv_pieces import CONV_ENTRY, CONV_SOURCE, CONV_SPACE
 from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPACE
 from autokernel.kb.fallback_rules import Source, conv_args, pool_args
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
+from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
+from autokernel.kb.norm_rewrites import rewrite_norms
 from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
@@ -57,6 +59,7 @@ from autokernel.kb.source_pieces import (
     EW_SOURCE,
     EW_SPACE,
     HELPERS,
+    LAUNCH_IMPORT,
     TORCH_ONLY_ENTRY,
     starter_pieces,
     strip_docstring,
@@ -68,6 +71,7 @@ KIND_SCAN = "scan"  # the generated scan kernel (plus the elementwise kernel)
 KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (plus the elementwise one)
 KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
 KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
+KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
 
 # the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
 GENERATED = {
@@ -75,6 +79,7 @@ GENERATED = {
     "dimred": (DIMRED_SOURCE, DIMRED_SPACE, DIMRED_ENTRY, KIND_DIMRED, "dim-reduction"),
     "conv": (CONV_SOURCE, CONV_SPACE, CONV_ENTRY, KIND_CONV, "convolution"),
     "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
+    "norm": (NORM_SOURCE, NORM_SPACE, NORM_ENTRY, KIND_NORM, "normalisation"),
 }
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
 
@@ -119,6 +124,8 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
     space: dict[str, list] = {}
     if library or use_ew or gens:
         parts.append("\nimport torch\nimport triton\nimport triton.language as tl\n")
+        if not library:  # a starter's source brings its own
+            parts.append(LAUNCH_IMPORT)
     if library:
         src, sp = starter_pieces(library)
         parts.append(f"\n# ---- library starter: {library} ----\n" + src.strip("\n") + "\n")
@@ -299,6 +306,8 @@ def _meta_mode():
                 return args[0].to("meta")
             if func is torch._is_all_true:  # torch.distributions' argument checks: no values on meta
                 return True
+            if func in (torch.Tensor.item, torch.Tensor.__float__) and args[0].is_meta:
+                return 1.0  # a value read for host arithmetic (BatchNorm's cumulative factor): not a shape
             if func is torch.Tensor.to:
                 args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
@@ -319,7 +328,12 @@ def _trace(problem: Problem):
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
     gm = fx.symbolic_trace(model)
     rewrite(gm)
-    ShapeProp(gm).propagate(*inputs)
+    with _meta_mode():
+        ShapeProp(gm).propagate(*inputs)
+        # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
+        # a LayerNorm the layernorm starter would take as the main op stays for it
+        if rewrite_norms(gm, keep_layernorm=main_op(gm) == "layernorm"):
+            ShapeProp(gm).propagate(*inputs)
     return gm
 
 

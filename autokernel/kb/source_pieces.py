@@ -32,6 +32,16 @@ def _kb_block(full, shape):
     return (inner, size) if inner < 2**30 and size < 2**30 else None
 
 
+LAUNCH_IMPORT = '''
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+'''
+
 EW_SOURCE = '''
 # ---- generic elementwise Triton kernel (autokernel kb) -------------------------------------------
 EW_BLOCK = 1024
