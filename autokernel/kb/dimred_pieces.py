@@ -71,10 +71,10 @@ def _kb_dimred(x, dim, op, keepdim=False):
             raise IndexError(f"{op}(): the reduced dim {dim} has no elements")
         vals.fill_(1)
     elif vals.numel():
-        i_block = min(DIMRED_INNER, triton.next_power_of_2(inner))
-        r_block = max(1, min(DIMRED_TILE // i_block, triton.next_power_of_2(R)))
-        tiles = triton.cdiv(inner, i_block)
-        _kb_dimred_kernel[(outer * tiles,)](x, vals, idxs, R, inner, tiles, PROD=op == "prod",
+        i_block = min(DIMRED_INNER, next_power_of_2(inner))
+        r_block = max(1, min(DIMRED_TILE // i_block, next_power_of_2(R)))
+        tiles = cdiv(inner, i_block)
+        launch(_kb_dimred_kernel, (outer * tiles,), x, vals, idxs, R, inner, tiles, PROD=op == "prod",
                                             NEG=op in ("min", "amin", "argmin"), R_BLOCK=r_block, I_BLOCK=i_block,
                                             num_warps=DIMRED_WARPS)
     if op in ("max", "min"):

@@ -85,7 +85,7 @@ def _kb_pool(x, nd, kind, kernel_size, stride=None, padding=0, dilation=1, ceil_
     y = torch.empty((xs.shape[0], *out), device=x.device, dtype=x.dtype)
     total = y.numel()
     if total:
-        _kb_pool_kernel[(triton.cdiv(total, POOL_BLOCK),)](
+        launch(_kb_pool_kernel, (cdiv(total, POOL_BLOCK),), 
             xs, y, total, D, H, W, *out, *k, *s, *p, *d, float(divisor_override or 0), IS_MAX=kind == "max",
             INCLUDE_PAD=bool(count_include_pad), BLOCK=POOL_BLOCK, num_warps=POOL_WARPS)
     return y.reshape(*lead, *out[3 - nd:])

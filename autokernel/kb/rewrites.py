@@ -9,6 +9,7 @@ import operator
 
 
 def rewrite(gm) -> None:
+    einsum_as_matmul(gm)
     split_linear_bias(gm)
     decompose_losses(gm)
     decompose_distance_losses(gm)
@@ -37,6 +38,35 @@ def _norm2(g, x, dim, keepdim: bool = False):
     total = g.call_function(torch.sum, (sq,)) if dim is None else \
         g.call_function(torch.sum, (sq, dim), {"keepdim": True} if keepdim else {})
     return g.call_function(torch.sqrt, (total,))
+
+
+def einsum_as_matmul(gm) -> None:
+    """torch.einsum of two operands that is a matmul -> torch.matmul: A's last index contracted
+    with a 2-D B's first ("bijl,lk->bijk", KernelBench L1 11) or a batched product
+    ("bij,bjk->bik"); the same values, and the matmul starter takes it."""
+    import torch
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.einsum or node.kwargs or len(node.args) != 3 \
+                or not isinstance(node.args[0], str):
+            continue
+        eq = node.args[0].replace(" ", "")
+        if "->" not in eq or "." in eq or eq.count(",") != 1:
+            continue
+        ins, out = eq.split("->")
+        a, b = ins.split(",")
+        if len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(out)) != len(out) or len(a) < 2 or len(b) < 2:
+            continue
+        c = a[-1]
+        plain = len(b) == 2 and b[0] == c and out == a[:-1] + b[1] and b[1] not in a
+        batched = len(a) == len(b) == 3 and a[0] == b[0] and b[1] == c and out == a[:2] + b[2] \
+            and len(set(a + b)) == 4
+        if not (plain or batched):
+            continue
+        with gm.graph.inserting_before(node):
+            mm = gm.graph.call_function(torch.matmul, tuple(node.args[1:]))
+        node.replace_all_uses_with(mm)
+        gm.graph.erase_node(node)
 
 
 def split_linear_bias(gm) -> None:

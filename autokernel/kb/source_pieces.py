@@ -108,12 +108,19 @@ def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
 # @BLOCK@
 
 
+_KB_SWAP = {10: 10, 11: 14, 12: 12, 13: 15, 16: 16, 17: 17}  # x OP y == y OP' x
+
+
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
     mode, inner, size = 0, 1, 1
     if isinstance(y, torch.Tensor):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         dtype = torch.result_type(x, y)
+        if tuple(shape) != tuple(x.shape) and tuple(shape) == tuple(y.shape) and op in _KB_SWAP:
+            # x is the broadcast one (diag(a) @ B written a[:, None] * B): swapped, so that it is
+            # indexed in place instead of expanded into a copy of B's size
+            x, y, op = y, x, _KB_SWAP[op]
         if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
             mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
         elif tuple(shape) == tuple(x.shape) and (block := _kb_block(shape, y.shape)):
@@ -131,7 +138,7 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     n = out.numel()
     if n == 0:
         return out
-    _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
+    launch(_kb_ew_kernel, (cdiv(n, EW_BLOCK),), xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
                                                float(alpha), float(beta), inner, size, OP=op, HAS_Y=mode,
                                                BLOCK=EW_BLOCK, num_warps=EW_WARPS)
     return out
