@@ -48,12 +48,11 @@ from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPAC
 from autokernel.kb.fallback_rules import Source, conv_args, pool_args
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
 from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
-from autokernel.kb.norm_rewrites import rewrite_norms
 from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
-from autokernel.kb.rewrites import rewrite
 from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
+from autokernel.kb.trace import trace_problem
 from autokernel.kb.source_pieces import (
     EW_ONLY_ENTRY,
     EW_SOURCE,
@@ -289,54 +288,6 @@ class _Emitter(OpRules):
                 f"{imports}{body}\n")
 
 
-def _meta_mode():
-    from torch.overrides import TorchFunctionMode
-
-    class OnMeta(TorchFunctionMode):
-        """Tensors asked for on a device (get_inputs with device='cuda', .cuda(), .to('cuda')) are
-        made on the meta device too: tracing needs only their shapes, and runs without a GPU."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            import torch
-
-            kwargs = dict(kwargs or {})
-            if "device" in kwargs:
-                kwargs["device"] = "meta"
-            if func is torch.Tensor.cuda:
-                return args[0].to("meta")
-            if func is torch._is_all_true:  # torch.distributions' argument checks: no values on meta
-                return True
-            if func in (torch.Tensor.item, torch.Tensor.__float__) and args[0].is_meta:
-                return 1.0  # a value read for host arithmetic (BatchNorm's cumulative factor): not a shape
-            if func is torch.Tensor.to:
-                args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
-            return func(*args, **kwargs)
-
-    return OnMeta()
-
-
-def _trace(problem: Problem):
-    """(GraphModule with tensor_meta on its nodes, the model). Shapes propagated on meta tensors."""
-    import torch
-    from torch import fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    mod = problem.load_module()
-    torch.manual_seed(0)
-    with torch.device("meta"), _meta_mode():
-        model = mod.Model(*mod.get_init_inputs())
-        inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
-    gm = fx.symbolic_trace(model)
-    rewrite(gm)
-    with _meta_mode():
-        ShapeProp(gm).propagate(*inputs)
-        # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
-        # a LayerNorm the layernorm starter would take as the main op stays for it
-        if rewrite_norms(gm, keep_layernorm=main_op(gm) == "layernorm"):
-            ShapeProp(gm).propagate(*inputs)
-    return gm
-
-
 def _fp32(gm) -> bool:
     """Every floating tensor the model produces is fp32 (KernelBench's default)."""
     import torch
@@ -352,7 +303,7 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     and pools stay cuDNN's unless nothing else would run a kernel of ours: then the generated
     convolution and pooling kernels take them (a torch-only start is refused by the judge)."""
     try:
-        gm = _trace(problem)
+        gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
         src = assemble(problem, None, None, False, "torch-only starting point")
         return Solution(src, KIND_TORCH, note=f"the model cannot be traced with torch.fx ({type(exc).__name__})")
