@@ -17,6 +17,7 @@ the same ops) and tries a milder cap when it did not: see `shrink_candidates`.
 from __future__ import annotations
 
 import ast
+import math
 from typing import Iterator
 
 from autokernel.kb.problems import Problem
@@ -36,18 +37,35 @@ def _literal_int(node) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def shrink_value(v: int, cap: int, batch: bool = False) -> int:
+def shrink_value(v: int, cap: int, batch: bool = False, smalls: frozenset = frozenset()) -> int:
+    """v's smaller stand-in; `smalls`: the file's other small sizes (heads, groups): those dividing v
+    divide the result too (768 with 12 heads stays a multiple of 12)."""
     if batch:
         return min(v, SMALL_BATCH)
     if v <= cap:
         return v
     base = cap // 2
-    return base + v % base
+    new = base + v % base
+    lcm = 1
+    for d in smalls:
+        if v % d == 0:
+            lcm = lcm * d // math.gcd(lcm, d)
+    if new % lcm:
+        new = lcm * -(-base // lcm)
+    return new
 
 
 def shrink_code(code: str, cap: int) -> tuple[str, dict]:
     """(the code with its module-level sizes shrunk, {name: (old, new)} of what changed)."""
     tree = ast.parse(code)
+    smalls = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and "batch" not in t.id.lower()
+                                                for t in node.targets):
+            v = _literal_int(node.value)
+            if v is not None and 1 < v <= 64:
+                smalls.add(v)
+    smalls = frozenset(smalls)
     changed: dict[str, tuple] = {}
     lines = code.splitlines(keepends=True)
     edits = []  # (line, col, end_line, end_col, new text), applied from the end
@@ -64,7 +82,7 @@ def shrink_code(code: str, cap: int) -> tuple[str, dict]:
             items = [_literal_int(e) for e in value.elts]
             if not items or any(i is None for i in items):
                 continue
-            new = [shrink_value(i, cap, is_batch) for i in items]
+            new = [shrink_value(i, cap, is_batch, smalls) for i in items]
             if new == items:
                 continue
             text = repr(new) if isinstance(value, ast.List) else repr(tuple(new))
@@ -73,7 +91,7 @@ def shrink_code(code: str, cap: int) -> tuple[str, dict]:
             old = _literal_int(value)
             if old is None:
                 continue
-            new = shrink_value(old, cap, is_batch)
+            new = shrink_value(old, cap, is_batch, smalls)
             if new == old:
                 continue
             text = repr(new)

@@ -153,6 +153,8 @@ def _kb_mm(a, b):
         return kernel_fn(a, b)
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
         return bmm(a, b)
+    if a.dim() == b.dim() > 3 and a.shape[:-2] == b.shape[:-2]:  # [B, H, M, K] @ [B, H, K, N]: one bmm
+        return bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])).reshape(*a.shape[:-1], b.shape[-1])
     if b.dim() == 2:
         return kernel_fn(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     return torch.matmul(a, b)
@@ -221,11 +223,45 @@ def _kb_mean(x, dim=None, keepdim=False):
 def _kb_sdpa(q, k, v, causal=False, scale=None):
     return kernel_fn(q, k, v, causal, scale)
 ''',
+    # the flash starter as a second one (prefixed _fa_), next to the matmul starter
+    "flash_attention/2": '''
+def _kb_sdpa(q, k, v, causal=False, scale=None):
+    return _fa_kernel_fn(q, k, v, causal, scale)
+''',
     "cross_entropy": '''
 def _kb_cross_entropy(logits, targets):
     return kernel_fn(logits, targets)
 ''',
 }
+
+MASKED_SDPA = '''
+
+_KB_CAUSAL = {}
+
+
+def _kb_is_causal(buf, value):
+    """(buf == value) is exactly the strict upper triangle of its last two dims, for every leading
+    index (minGPT's registered tril buffer): computed once per buffer storage, version and view."""
+    key = (buf.data_ptr(), buf._version, tuple(buf.shape), tuple(buf.stride()), value, buf.device)
+    hit = _KB_CAUSAL.get(key)
+    if hit is None:
+        upper = torch.ones(buf.shape[-2], buf.shape[-1], dtype=torch.bool, device=buf.device).triu(1)
+        hit = bool(((buf == value) == upper).all())
+        if len(_KB_CAUSAL) > 64:
+            _KB_CAUSAL.clear()
+        _KB_CAUSAL[key] = hit
+    return hit
+
+
+def _kb_masked_sdpa(q, k, v, buf, value, scale):
+    """softmax((q @ k^T) * scale, masked to -inf where buf == value) @ v: the flash kernel's causal
+    attention when the mask is the causal one, the reference's ops otherwise."""
+    S = q.shape[2]
+    if k.shape[2] == S and tuple(buf.shape[-2:]) == (S, S) and _kb_is_causal(buf, value):
+        return _kb_sdpa(q, k, v, causal=True, scale=scale)
+    att = torch.matmul(q, k.transpose(-2, -1)) * scale
+    return torch.matmul(torch.softmax(att.masked_fill(buf == value, float("-inf")), dim=-1), v)
+'''
 
 EW_ONLY_ENTRY = '''
 
@@ -347,6 +383,35 @@ def starter_pieces(kernel_type: str) -> tuple[str, dict]:
             lines[node.lineno - 1] += f"\n{indent}cfg = {{**{defaults!r}, **cfg}}"
     keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
     return "\n".join(keep), space
+
+
+_SHARED = {"launch", "cdiv", "next_power_of_2"}  # the launcher's names: one copy for both starters
+
+
+def prefixed_starter(kernel_type: str, prefix: str) -> tuple[str, dict]:
+    """A second starter in the same file (flash attention next to the matmul starter): every
+    module-level name it defines renamed with `prefix`, so its constants, kernels and kernel_fn
+    do not collide with the first's; its tunables under the new names."""
+    import io
+    import tokenize
+
+    src, space = starter_pieces(kernel_type)
+    tree = ast.parse(src)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    names -= _SHARED
+    out, prev = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.NAME and tok.string in names and not (prev is not None and prev.string == "."):
+            tok = tok._replace(string=prefix + tok.string)
+        out.append(tok)
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            prev = tok
+    return tokenize.untokenize(out), {prefix + k: v for k, v in space.items()}
 
 
 @functools.lru_cache(maxsize=None)

@@ -82,6 +82,12 @@ def _shape_tracer():
                 return iter([self[i] for i in range(len(v))])
             return super().__iter__()
 
+        def __bool__(self):
+            v = self._v()
+            if isinstance(v, bool):  # a comparison of devices or dtypes, not of values
+                return v
+            return super().__bool__()
+
         def __getattr__(self, k):
             if k in ("shape", "dtype", "ndim", "is_cuda"):
                 v = self._v()
@@ -186,6 +192,7 @@ def trace_problem(problem):
     from torch import fx
     from torch.fx.passes.shape_prop import ShapeProp
 
+    from autokernel.kb.attention_rewrites import rewrite_attention
     from autokernel.kb.norm_rewrites import rewrite_norms
     from autokernel.kb.op_rules import main_op
     from autokernel.kb.rewrites import rewrite
@@ -203,6 +210,8 @@ def trace_problem(problem):
     rewrite(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
+        if rewrite_attention(gm):  # by shapes: known only now
+            ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
         # a LayerNorm the layernorm starter would take as the main op stays for it
         if rewrite_norms(gm, keep_layernorm=main_op(gm) == "layernorm"):
