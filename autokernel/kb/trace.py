@@ -167,7 +167,7 @@ def _shape_tracer():
     return ShapeTracer, factory
 
 
-def shape_trace(model, inputs):
+def shape_trace(model, inputs, fixed=None):
     """fx.GraphModule of model.forward specialised to the shapes of `inputs` (meta tensors)."""
     import torch
     from torch import fx
@@ -178,7 +178,7 @@ def shape_trace(model, inputs):
     try:
         for name, orig in saved.items():
             setattr(torch, name, factory(tracer, orig))
-        graph = tracer.trace(model)
+        graph = tracer.trace(model, concrete_args=fixed or None)
     finally:
         for name, orig in saved.items():
             setattr(torch, name, orig)
@@ -202,10 +202,27 @@ def trace_problem(problem):
     with torch.device("meta"), meta_mode():
         model = mod.Model(*mod.get_init_inputs())
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
+    # a stateful forward (self.hidden = ..., L3 33) sets module attributes while traced: put them back
+    state = [(m, k, v) for m in model.modules() for k, v in list(vars(m).items()) if isinstance(v, torch.Tensor)]
+
+    def restore():
+        for m, k, v in state:
+            setattr(m, k, v)
+
+    # forward arguments get_inputs does not give keep their defaults (L3 35's h0=None): traced as constants
+    import inspect
+
+    params = list(inspect.signature(model.forward).parameters.values())[len(inputs):]
+    fixed = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
     try:
-        gm = fx.symbolic_trace(model)
+        gm = fx.symbolic_trace(model, concrete_args=fixed or None)
     except Exception:
-        gm = shape_trace(model, inputs)
+        restore()
+        gm = shape_trace(model, inputs, fixed)
+    restore()
+    for m, k, v in state:  # the GraphModule copied the root's attributes while they were proxies
+        if m is model and isinstance(getattr(gm, k, None), fx.Proxy):
+            setattr(gm, k, v)
     _drop_dead_size_calls(gm)
     rewrite(gm)
     with meta_mode():
@@ -225,7 +242,10 @@ def _drop_dead_size_calls(gm) -> None:
     while changed:
         changed = False
         for node in reversed(list(gm.graph.nodes)):
-            if not node.users and node.op == "call_function" and node.target in (getattr, operator.getitem) \
+            if not node.users and node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none":
+                gm.graph.erase_node(node)  # concrete_args' guard: the argument is fixed by the problem
+                changed = True
+            elif not node.users and node.op == "call_function" and node.target in (getattr, operator.getitem) \
                     and node.args and getattr(node.args[0], "op", None) is not None:
                 gm.graph.erase_node(node)
                 changed = True
