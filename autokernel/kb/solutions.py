@@ -52,6 +52,7 @@ from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
 from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
+from autokernel.kb.rnn_pieces import RNN_ENTRY, RNN_SOURCE, RNN_SPACE
 from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
 from autokernel.kb.trace import trace_problem
 from autokernel.kb.source_pieces import (
@@ -74,6 +75,7 @@ KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (pl
 KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
 KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
 KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
+KIND_RNN = "rnn"  # the generated GRU / LSTM step kernel
 
 # the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
 GENERATED = {
@@ -82,6 +84,7 @@ GENERATED = {
     "conv": (CONV_SOURCE, CONV_SPACE, CONV_ENTRY, KIND_CONV, "convolution"),
     "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
     "norm": (NORM_SOURCE, NORM_SPACE, NORM_ENTRY, KIND_NORM, "normalisation"),
+    "rnn": (RNN_SOURCE, RNN_SPACE, RNN_ENTRY, KIND_RNN, "recurrent"),
 }
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file

@@ -196,6 +196,7 @@ def trace_problem(problem):
     from autokernel.kb.norm_rewrites import rewrite_norms
     from autokernel.kb.op_rules import main_op
     from autokernel.kb.rewrites import rewrite
+    from autokernel.kb.rnn_pieces import rewrite_rnns
 
     mod = problem.load_module()
     torch.manual_seed(0)
@@ -227,7 +228,7 @@ def trace_problem(problem):
     rewrite(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
-        if rewrite_attention(gm):  # by shapes: known only now
+        if rewrite_attention(gm) | rewrite_rnns(gm):  # by shapes and dtypes: known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
         # a LayerNorm the layernorm starter would take as the main op stays for it
