@@ -40,6 +40,14 @@ except ImportError:
 MAX_INPUT_ELEMS = 32 * 2**20  # a candidate whose inputs are larger is not run on the CPU
 
 
+class _NoWorker:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
 class _Slow(Exception):
     pass
 
@@ -98,7 +106,7 @@ def pick_instance(problem, full_sig, limit_s: float):
     return None, None, {}, "; ".join(notes)
 
 
-def scan_problem(worker, problem, timeout_s: float) -> dict:
+def scan_problem(worker, problem, timeout_s: float, judge: bool = True) -> dict:
     from autokernel.kb.solutions import KIND_TORCH, initial_solution
 
     t0 = time.monotonic()
@@ -106,6 +114,9 @@ def scan_problem(worker, problem, timeout_s: float) -> dict:
     row = {"level": problem.level, "id": problem.problem_id, "name": problem.name, "kind": full.kind,
            "torch_only": full.kind == KIND_TORCH, "library": full.library, "describe": full.describe()[:300],
            "note": full.note[:200]}
+    if not judge:
+        row.update(outcome="torch-only" if row["torch_only"] else "not-run", seconds=round(time.monotonic() - t0, 1))
+        return row
     inst, sol, changed, note = pick_instance(problem, signature(full), limit_s=min(120.0, timeout_s))
     row["shrink"] = {k: list(v) if isinstance(v, tuple) else v for k, v in changed.items()}
     row["instance"] = (inst.size if inst is not problem else "as is") if inst is not None else None
@@ -151,6 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline", type=float, default=None, help="stop starting problems after this many seconds")
     ap.add_argument("--redo", action="store_true", help="judge problems already in the state again")
     ap.add_argument("--summary", action="store_true", help="print the summary of the state file and stop")
+    ap.add_argument("--kinds-only", action="store_true", help="only which start each problem gets (no judging)")
     args = ap.parse_args(argv)
     state_path = Path(args.state)
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
@@ -160,7 +172,7 @@ def main(argv=None) -> int:
 
         ids = [int(i) for i in args.problems.split(",") if i] or None
         start = time.monotonic()
-        with KBWorker() as worker:
+        with KBWorker() if not args.kinds_only else _NoWorker() as worker:
             for lv in args.levels:
                 for p in load_problems("checkout", args.kb_path, level=lv, ids=ids):
                     key = f"L{lv}.{p.problem_id}"
@@ -170,7 +182,7 @@ def main(argv=None) -> int:
                         print("deadline reached", flush=True)
                         break
                     try:
-                        row = scan_problem(worker, p, args.timeout)
+                        row = scan_problem(worker, p, args.timeout, judge=not args.kinds_only)
                     except Exception as exc:  # the generator itself failing is a finding, not a stop
                         row = {"level": lv, "id": p.problem_id, "name": p.name, "kind": "?", "torch_only": False,
                                "outcome": "not-run", "error": f"scan: {type(exc).__name__}: {exc}"[:400]}
