@@ -96,6 +96,11 @@ def _kb_rnn_step_kernel(x_ptr, h_ptr, c_ptr, wih_ptr, whh_ptr, bih_ptr, bhh_ptr,
 def _kb_rnn(x, hx, module, lstm):
     """module(x, hx) for an nn.GRU (lstm False) or nn.LSTM of fp32 tensors: (output, h_n) or
     (output, (h_n, c_n)), as torch returns them."""
+    if x.dim() == 2:  # unbatched: a batch of one, squeezed back
+        hx1 = None if hx is None else tuple(h.unsqueeze(1) for h in hx) if lstm else hx.unsqueeze(1)
+        out, hn = _kb_rnn(x.unsqueeze(1 if not module.batch_first else 0), hx1, module, lstm)
+        out = out.squeeze(1 if not module.batch_first else 0)
+        return (out, tuple(h.squeeze(1) for h in hn)) if lstm else (out, hn.squeeze(1))
     L, H, D = module.num_layers, module.hidden_size, 2 if module.bidirectional else 1
     seq = x.transpose(0, 1) if module.batch_first else x
     T, B = seq.shape[0], seq.shape[1]
@@ -153,12 +158,23 @@ def kernel_fn(x, hx, module, lstm=False):
 
 
 def rnn_forward(x, hx, module, lstm: bool):
-    """The module's own forward (the reference; shapes are propagated through it)."""
-    return module(x, hx)
+    """The module's own forward (the reference); on the meta device only its output shapes (the
+    meta GRU walks every step in Python: seconds at KernelBench's sizes)."""
+    import torch
+
+    if not x.is_meta:
+        return module(x, hx)
+    D = 2 if module.bidirectional else 1
+    T, B = (x.shape[1], x.shape[0]) if module.batch_first and x.dim() == 3 else (x.shape[0], x.shape[1:2])
+    B = tuple(B) if isinstance(B, torch.Size) else (B,)
+    out_shape = ((B[0], T) if module.batch_first and x.dim() == 3 else (T, *B)) + (D * module.hidden_size,)
+    out = torch.empty(out_shape, device="meta", dtype=x.dtype)
+    h = torch.empty((module.num_layers * D, *B, module.hidden_size), device="meta", dtype=x.dtype)
+    return (out, (h, torch.empty_like(h))) if lstm else (out, h)
 
 
 def rewrite_rnns(gm) -> bool:
-    """nn.GRU / nn.LSTM calls on fp32 inputs (no dropout between layers, no projection) ->
+    """nn.GRU / nn.LSTM calls with fp32 weights (no dropout between layers, no projection) ->
     rnn_forward(x, hx, module, lstm). True when anything changed."""
     import torch
     import torch.nn as nn
@@ -173,9 +189,8 @@ def rewrite_rnns(gm) -> bool:
                 or getattr(mod, "proj_size", 0):
             continue
         x = node.args[0]
-        tm = x.meta.get("tensor_meta") if hasattr(x, "meta") else None
-        if tm is None or getattr(tm, "dtype", None) != torch.float32 or len(tm.shape) != 3 \
-                or any(p.dtype != torch.float32 for p in mod.parameters()):
+        # fp32 weights: x is fp32 too (torch's RNNs refuse other inputs); run before shape propagation
+        if any(p.dtype != torch.float32 for p in mod.parameters()):
             continue
         hx = node.args[1] if len(node.args) > 1 else None
         with g.inserting_before(node):

@@ -226,9 +226,10 @@ def trace_problem(problem):
             setattr(gm, k, v)
     _drop_dead_size_calls(gm)
     rewrite(gm)
+    rewrite_rnns(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
-        if rewrite_attention(gm) | rewrite_rnns(gm):  # by shapes and dtypes: known only now
+        if rewrite_attention(gm):  # by shapes: known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
         # a LayerNorm the layernorm starter would take as the main op stays for it
