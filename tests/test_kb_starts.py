@@ -347,3 +347,43 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     assert text.startswith("# Results\n\nearlier text\n") and text.count(runner.BEGIN) == 1
     assert "| 1 | 5 | 1 | 1/5 (20%) |" in text and "| 3 | Einsum | library | yes |" in text
     assert "| 1 | before search | 0 |" in text
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_is_correct_when_inputs_change(home):
+    """GPU: the second call with a signature captures, later ones replay; an input changed in place, a
+    new input tensor, a new batch size and eval mode all give the eager answer, and no output storage
+    is returned twice (the judge refuses a cached output)."""
+    from autokernel.kb.problems import load_source
+    from autokernel.kb.solutions import initial_solution
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    p = problem(NORM.format(norm="nn.BatchNorm2d(8)", expr="torch.relu(self.n(x)) * 2.0 + x"),
+                "[torch.rand(3, 8, 5, 7)]")
+    sol = initial_solution(p)
+    mod = load_source(sol.source, f"kb_start_graph_{p.code_hash}")
+    mod.KB_CUDA_GRAPH = 1
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    ref = mod.Model().cuda()
+    torch.manual_seed(0)
+    new = mod.ModelNew().cuda()
+    x = torch.rand(3, 8, 5, 7, device="cuda")
+    seen = []
+    with torch.no_grad():
+        for step in range(6):
+            if step == 3:
+                x.mul_(3.0).add_(1.0)  # same tensor, new content
+            if step == 4:
+                x = torch.rand(5, 8, 5, 7, device="cuda")  # a new signature: eager, then captured
+            if step == 5:
+                ref.eval(), new.eval()
+            got, want = new(x), ref(x)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            assert all(got.untyped_storage().data_ptr() != s for s in seen)
+            seen.append(got.untyped_storage().data_ptr())
+    graphs = vars(new)["_kb_graphs"]
+    assert any(isinstance(v, tuple) for v in graphs.values())  # replayed at least one signature
+    for (_, a), (_, b) in zip(ref.named_buffers(), new.named_buffers()):  # running stats: one update a call
+        torch.testing.assert_close(b.float(), a.float(), atol=1e-5, rtol=1e-5)

@@ -1,7 +1,8 @@
 """The initial ModelNew of a problem, built from the kernel library.
 
-The problem's Model is traced with torch.fx (shapes propagated on the meta device, so nothing
-large is allocated, and inputs made on "cuda" trace without a GPU) and its forward is re-emitted
+The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot;
+shapes propagated on the meta device, so nothing large is allocated, and inputs made on "cuda"
+trace without a GPU) and its forward is re-emitted
 as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax and log_softmax over one dim, layer_norm (over any trailing dims),
@@ -10,8 +11,9 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
   mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
   scaled_dot_product_attention -> flash_attention,
+  attention written out op by op (attention_rewrites.py) -> flash_attention,
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
-  per file (a second, different one stays a torch op);
+  per file, except flash attention next to matmul (a second starter, its names prefixed _fa_);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
   elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, xlogy, + - * / with a tensor, a
   constant or a run-time Python number, bias adds) calls one generic Triton elementwise kernel
@@ -26,7 +28,13 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   implicit-GEMM convolution kernel (conv_pieces.py) and a pooling kernel (pool_pieces.py), but
   only when nothing else would run a kernel of ours (fallback_rules.py): next to our elementwise
   kernels they stay cuDNN's;
+- batch / instance / group norms (and layer norms next to another starter) become a generated
+  statistics kernel plus elementwise ops fused with what follows (norm_rewrites.py, norm_pieces.py);
+- nn.GRU / nn.LSTM run a generated recurrent step kernel (rnn_pieces.py);
 - everything else stays the torch op it was (reshapes, max...).
+
+The forward goes through `_kb_graphed` (graph_pieces.py): CUDA-graph replay per input signature,
+on by default where the launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
 
 When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
 the reference's forward itself: correct, but it launches no kernel of its own, so the judge's
@@ -43,11 +51,12 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
+from autokernel.kb.attention_rewrites import MASKED_SDPA, SECOND_FLASH
 from autokernel.kb.conv_pieces import CONV_ENTRY, CONV_SOURCE, CONV_SPACE
 from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPACE
 from autokernel.kb.fallback_rules import Source, conv_args, pool_args
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
-from autokernel.kb.graph_pieces import GRAPH_SPACE, graph_default, graph_source
+from autokernel.kb.graph_pieces import GRAPH_SPACE, graph_default, graph_source, io_bytes, launches_nothing
 from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
 from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
@@ -61,7 +70,6 @@ from autokernel.kb.source_pieces import (
     EW_SPACE,
     HELPERS,
     LAUNCH_IMPORT,
-    MASKED_SDPA,
     prefixed_starter,
     TORCH_ONLY_ENTRY,
     starter_pieces,
@@ -157,7 +165,7 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
     if library:
         parts.append(HELPERS[library])
         if second:
-            parts.append(HELPERS[second + "/2"])
+            parts.append(SECOND_FLASH)
         if masked:
             parts.append(MASKED_SDPA)
     elif gens:
@@ -296,7 +304,7 @@ class _Emitter(OpRules):
                     self.launches += 1
             else:
                 self.kept.append(describe(node))
-                self.launches += not _launches_nothing(self.gm, node)
+                self.launches += not launches_nothing(self.gm, node)
                 if node.op == "call_module":
                     self.emit(node, f"self.get_submodule({node.target!r})({self.call(node.args, node.kwargs)})")
                 elif node.op == "call_method":
@@ -319,47 +327,6 @@ class _Emitter(OpRules):
                 f"        return _kb_graphed(self, self._kb_forward, ({call}))\n\n"
                 f"    def _kb_forward(self, {', '.join(params)}):\n"
                 f"{imports}{body}\n")
-
-
-_VIEWS = {"view", "view_as", "reshape", "transpose", "permute", "flatten", "unflatten", "unsqueeze", "squeeze",
-          "expand", "expand_as", "size", "dim", "split", "chunk", "unbind", "t", "narrow", "select", "movedim", "to",
-          "type_as", "numel"}
-
-
-def _launches_nothing(gm, node) -> bool:
-    """A kept op that only makes a view or reads metadata (a guess: .to() may copy)."""
-    import operator
-
-    import torch.nn as nn
-
-    if node.op == "call_method":
-        return node.target in _VIEWS
-    if node.op == "call_module":
-        return type(gm.get_submodule(node.target)) in (nn.Dropout, nn.Identity, nn.Flatten)
-    return node.target in (operator.getitem, getattr) or getattr(node.target, "__name__", "") in _VIEWS
-
-
-def _io_bytes(gm) -> int:
-    """Bytes of the forward's tensor inputs and outputs (what a graph replay copies)."""
-    from torch.fx.node import map_aggregate
-
-    total = 0
-    for node in gm.graph.nodes:
-        vals = [node] if node.op == "placeholder" else list(node.all_input_nodes) if node.op == "output" else []
-        for v in vals:
-            tm = v.meta.get("tensor_meta")
-
-            def add(m):
-                nonlocal total
-                if hasattr(m, "shape") and hasattr(m, "dtype"):
-                    n = 1
-                    for d in m.shape:
-                        n *= int(d)
-                    total += n * m.dtype.itemsize
-                return m
-
-            map_aggregate(tm, add)
-    return total
 
 
 def _fp32(gm) -> bool:
@@ -419,7 +386,7 @@ def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
         second = em.second if used_lib and em.second != used_lib else None
         if second:
             sol.library = f"{used_lib}+{second}"
-        sol.graph = graph_default(em.launches, _io_bytes(gm))
+        sol.graph = graph_default(em.launches, io_bytes(gm))
         sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm), gens=gens,
                               second=second, masked=em.masked, graph=sol.graph)
         return sol
