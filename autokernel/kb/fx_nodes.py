@@ -88,3 +88,21 @@ def node_name(node) -> str | None:
     if node.op == "call_method":
         return node.target
     return fn_name(node.target) if node.op == "call_function" else None
+
+
+def rewrite_nodes(gm, build) -> bool:
+    """Replace every node for which build(graph, node) returns a new node (built in place, before
+    it; build returns None, having added nothing, for a node it leaves). True when anything changed."""
+    changed = False
+    g = gm.graph
+    for node in list(g.nodes):
+        with g.inserting_before(node):
+            out = build(g, node)
+        if out is None:
+            continue
+        node.replace_all_uses_with(out)
+        g.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed

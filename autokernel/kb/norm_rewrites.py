@@ -83,32 +83,27 @@ def _kind(mod, x) -> tuple[str, int] | None:
 def rewrite_norms(gm, keep_layernorm: bool = False) -> bool:
     """Rewrite the graph's normalisation modules (LayerNorm too unless `keep_layernorm`: the
     layernorm starter takes them). True when anything changed."""
-    changed = False
-    g = gm.graph
-    for node in list(g.nodes):
+    from autokernel.kb.fx_nodes import rewrite_nodes
+
+    def build(g, node):
         if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
-            continue
+            return None
         mod = gm.get_submodule(node.target)
         found = _kind(mod, node.args[0])
         if found is None or (found[0] == "layer" and keep_layernorm):
-            continue
+            return None
         kind, dims = found
         x = node.args[0]
-        with g.inserting_before(node):
-            m = g.get_attr(node.target)
-            st = g.call_function(norm_stats, (x, m, kind, dims))
-            y = g.call_function(operator.sub, (x, g.call_function(operator.getitem, (st, 0))))
-            y = g.call_function(operator.mul, (y, g.call_function(operator.getitem, (st, 1))))
-            if kind == "layer":
-                if mod.weight is not None:
-                    y = g.call_function(operator.mul, (y, g.get_attr(f"{node.target}.weight")))
-                if mod.bias is not None:
-                    y = g.call_function(operator.add, (y, g.get_attr(f"{node.target}.bias")))
-            elif mod.bias is not None:
-                y = g.call_function(operator.add, (y, g.call_function(operator.getitem, (st, 2))))
-        node.replace_all_uses_with(y)
-        g.erase_node(node)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
+        st = g.call_function(norm_stats, (x, g.get_attr(node.target), kind, dims))
+        y = g.call_function(operator.sub, (x, g.call_function(operator.getitem, (st, 0))))
+        y = g.call_function(operator.mul, (y, g.call_function(operator.getitem, (st, 1))))
+        if kind == "layer":
+            if mod.weight is not None:
+                y = g.call_function(operator.mul, (y, g.get_attr(f"{node.target}.weight")))
+            if mod.bias is not None:
+                y = g.call_function(operator.add, (y, g.get_attr(f"{node.target}.bias")))
+        elif mod.bias is not None:
+            y = g.call_function(operator.add, (y, g.call_function(operator.getitem, (st, 2))))
+        return y
+
+    return rewrite_nodes(gm, build)

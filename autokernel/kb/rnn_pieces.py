@@ -179,26 +179,19 @@ def rewrite_rnns(gm) -> bool:
     import torch
     import torch.nn as nn
 
-    changed = False
-    g = gm.graph
-    for node in list(g.nodes):
+    from autokernel.kb.fx_nodes import rewrite_nodes
+
+    def build(g, node):
         if node.op != "call_module" or node.kwargs or not 1 <= len(node.args) <= 2:
-            continue
+            return None
         mod = gm.get_submodule(node.target)
         if type(mod) not in (nn.GRU, nn.LSTM) or (mod.dropout and mod.num_layers > 1) \
                 or getattr(mod, "proj_size", 0):
-            continue
-        x = node.args[0]
+            return None
         # fp32 weights: x is fp32 too (torch's RNNs refuse other inputs); run before shape propagation
         if any(p.dtype != torch.float32 for p in mod.parameters()):
-            continue
+            return None
         hx = node.args[1] if len(node.args) > 1 else None
-        with g.inserting_before(node):
-            m = g.get_attr(node.target)
-            out = g.call_function(rnn_forward, (x, hx, m, type(mod) is nn.LSTM))
-        node.replace_all_uses_with(out)
-        g.erase_node(node)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
+        return g.call_function(rnn_forward, (node.args[0], hx, g.get_attr(node.target), type(mod) is nn.LSTM))
+
+    return rewrite_nodes(gm, build)
