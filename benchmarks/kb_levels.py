@@ -22,6 +22,10 @@ geomean vs eager and torch.compile after search, the per-problem table, and "wha
 
     python benchmarks/kb_levels.py --kb-path .kb/KernelBench --levels 1 2 3 -k 3 \\
         --state benchmarks/kb_levels_state.json --deadline 480 --out $OUT
+
+On a host with several GPUs, one process per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N --state
+benchmarks/kb_levels_state.I.json --results /tmp/r.I.md`, then `--write-only --merge
+benchmarks/kb_levels_state.*.json` writes the tables of all of them.
 """
 
 from __future__ import annotations
@@ -169,6 +173,8 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline", type=float, default=None, help="seconds after which no phase starts")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per judgement")
     ap.add_argument("--max-phases", type=int, default=None, help="stop after this many phases (this call)")
+    ap.add_argument("--shard", default=None, help="I/N: only every N-th problem from the I-th (one process per GPU)")
+    ap.add_argument("--merge", nargs="+", default=None, help="state files of shards merged into --state first")
     ap.add_argument("--write-only", action="store_true", help="write the results from the state and stop")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -178,8 +184,17 @@ def main(argv=None) -> int:
     state = json.loads(state_path.read_text()) if state_path.exists() else {"problems": {}}
     state["args"] = f"-k {args.experiments} on {args.search} problems" + \
         (f" (below {args.search_below}x compile)" if args.search == "slower" else "")
+    for other in args.merge or []:  # shards' states: each problem from the state that got furthest with it
+        for key, e in json.loads(Path(other).read_text())["problems"].items():
+            mine = state["problems"].get(key, {})
+            if sum(bool(e.get(f)) for f in ("start_done", "search_done")) >= \
+                    sum(bool(mine.get(f)) for f in ("start_done", "search_done")):
+                state["problems"][key] = e
     ids = [int(i) for i in args.problems.split(",") if i] or None
     problems = [p for lv in args.levels for p in load_problems("checkout", args.kb_path, level=lv, ids=ids)]
+    if args.shard:
+        i, n = (int(v) for v in args.shard.split("/"))
+        problems = problems[i::n]
     totals = {lv: len(load_problems("checkout", args.kb_path, level=lv)) for lv in args.levels}
 
     def save() -> None:

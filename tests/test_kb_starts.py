@@ -347,6 +347,14 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     assert text.startswith("# Results\n\nearlier text\n") and text.count(runner.BEGIN) == 1
     assert "| 1 | 5 | 1 | 1/5 (20%) |" in text and "| 3 | Einsum | library | yes |" in text
     assert "| 1 | before search | 0 |" in text
+    # a second shard's state (another GPU's process) merged: its problem joins the tables
+    other = tmp_path / "state.1.json"
+    shard = {"problems": {"L1.1": {"level": 1, "id": 1, "name": "BatchNorm", "kind": "norm", "start_done": True,
+                                   "search_done": True, "start": dict(entry["start"], speedup_vs_eager=1.5)}}}
+    other.write_text(json.dumps(shard))
+    assert runner.main(common + ["--write-only", "--merge", str(other)]) == 0
+    text = results.read_text()
+    assert "| 1 | 5 | 2 | 2/5 (40%) | 20% |" in text and "| 1 | BatchNorm | norm | yes | 1.50 |" in text
 
 
 @pytest.mark.gpu
