@@ -201,6 +201,19 @@ class Model(nn.Module):
         torch.testing.assert_close(mod._kb_ew(op, a, b), f(a, b))
 
 
+@pytest.mark.parametrize("fn, make", [("triu", "torch.triu"), ("tril", "torch.tril")])
+def test_triangular_matmul_takes_a_sixth_of_the_work_when_the_inputs_are_triangular(home, fn, make):
+    """L1 14 / 15: triu(A @ B) of upper-triangular A, B; a non-triangular input takes the full K range."""
+    from autokernel.kb.problems import load_source
+
+    p = problem(f"class Model(nn.Module):\n    def forward(self, A, B):\n        return torch.{fn}(torch.matmul(A, B))",
+                f"[{make}(torch.rand(70, 70)), {make}(torch.rand(70, 70))]")
+    sol, ref, new = run(p)
+    assert sol.kind == "triangular-matmul" and not sol.kept
+    a, b = torch.rand(70, 70), torch.rand(70, 70)
+    torch.testing.assert_close(new(a, b), ref(a, b), atol=1e-4, rtol=1e-4)
+
+
 # -- CUDA-graph replay --------------------------------------------------------------------------------
 
 def test_graph_default_and_the_eager_path_without_cuda(home):

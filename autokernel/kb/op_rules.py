@@ -14,6 +14,7 @@ from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number,
 from autokernel.kb.norm_rewrites import norm_stats
 from autokernel.kb.pattern_rules import PatternRules
 from autokernel.kb.rnn_pieces import rnn_forward
+from autokernel.kb.trimm_pieces import tri_matmul
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
 
@@ -88,7 +89,7 @@ class OpRules(PatternRules):
     """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
     (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
     beta) for an elementwise replacement, which fusion reads; adds each node a generated kernel
-    computes to self.generated[family] ("scan", "dimred", "conv", "pool", "norm", "rnn"), sets self.second
+    computes to self.generated[family] ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm"), sets self.second
     to a second starter the file needs (flash attention next to matmul) and self.masked when an
     attention with a mask buffer is computed (_kb_masked_sdpa), and records in
     self.whole the sums and means of all of a tensor (node -> (x, "sum" | "mean")), which the
@@ -176,9 +177,10 @@ class OpRules(PatternRules):
         if node.op == "call_function" and node.target is norm_stats:
             self.generated["norm"].add(node)
             return f"_kb_norm_stats({self.call(node.args, node.kwargs)})"
-        if node.op == "call_function" and node.target is rnn_forward:
-            self.generated["rnn"].add(node)
-            return f"_kb_rnn({self.call(node.args, node.kwargs)})"
+        for family, target, fn in (("rnn", rnn_forward, "_kb_rnn"), ("trimm", tri_matmul, "_kb_trimm")):
+            if node.op == "call_function" and node.target is target:
+                self.generated[family].add(node)
+                return f"{fn}({self.call(node.args, node.kwargs)})"
         taken = self.fallback_call(node)
         if taken is not None:
             return taken

@@ -62,6 +62,7 @@ from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
 from autokernel.kb.rnn_pieces import RNN_ENTRY, RNN_SOURCE, RNN_SPACE
+from autokernel.kb.trimm_pieces import TRIMM_ENTRY, TRIMM_SOURCE, TRIMM_SPACE
 from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
 from autokernel.kb.trace import trace_problem
 from autokernel.kb.source_pieces import (
@@ -84,6 +85,7 @@ KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
 KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
 KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
 KIND_RNN = "rnn"  # the generated GRU / LSTM step kernel
+KIND_TRIMM = "triangular-matmul"  # triu / tril of a product of triangular matrices
 
 # the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
 GENERATED = {
@@ -93,6 +95,7 @@ GENERATED = {
     "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
     "norm": (NORM_SOURCE, NORM_SPACE, NORM_ENTRY, KIND_NORM, "normalisation"),
     "rnn": (RNN_SOURCE, RNN_SPACE, RNN_ENTRY, KIND_RNN, "recurrent"),
+    "trimm": (TRIMM_SOURCE, TRIMM_SPACE, TRIMM_ENTRY, KIND_TRIMM, "triangular matmul"),
 }
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file

@@ -197,6 +197,7 @@ def trace_problem(problem):
     from autokernel.kb.op_rules import main_op
     from autokernel.kb.rewrites import rewrite
     from autokernel.kb.rnn_pieces import rewrite_rnns
+    from autokernel.kb.trimm_pieces import rewrite_triangular
 
     mod = problem.load_module()
     torch.manual_seed(0)
@@ -229,7 +230,7 @@ def trace_problem(problem):
     rewrite_rnns(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
-        if rewrite_attention(gm):  # by shapes: known only now
+        if rewrite_attention(gm) | rewrite_triangular(gm):  # by shapes: known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
         # a LayerNorm the layernorm starter would take as the main op stays for it
