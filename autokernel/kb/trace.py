@@ -96,8 +96,8 @@ def _shape_tracer():
             return super().__getattr__(k)
 
     class ShapeTracer(fx.Tracer):
-        def __init__(self, inputs):
-            super().__init__()
+        def __init__(self, inputs, leaves=()):
+            super().__init__(autowrap_functions=tuple(leaves))
             self.proxy_buffer_attributes = True  # a buffer read in forward is a node (its slices too)
             self.inputs = list(inputs)
             self.metas: dict = {}
@@ -157,9 +157,13 @@ def _shape_tracer():
             return p
 
     def factory(tracer, orig):
+        py_dtypes = {bool: torch.bool, int: torch.int64, float: torch.float32}
+
         def call(*args, **kwargs):
             if tracer.busy:
                 return orig(*args, **kwargs)
+            if kwargs.get("dtype") in py_dtypes:  # dtype=bool: a graph argument must be a torch dtype
+                kwargs["dtype"] = py_dtypes[kwargs["dtype"]]
             return tracer.create_proxy("call_function", orig, args, kwargs)
 
         return call
@@ -167,13 +171,14 @@ def _shape_tracer():
     return ShapeTracer, factory
 
 
-def shape_trace(model, inputs, fixed=None):
-    """fx.GraphModule of model.forward specialised to the shapes of `inputs` (meta tensors)."""
+def shape_trace(model, inputs, fixed=None, leaves=()):
+    """fx.GraphModule of model.forward specialised to the shapes of `inputs` (meta tensors);
+    `leaves`: functions recorded as calls, not traced into."""
     import torch
     from torch import fx
 
     tracer_cls, factory = _shape_tracer()
-    tracer = tracer_cls(inputs)
+    tracer = tracer_cls(inputs, leaves)
     saved = {name: getattr(torch, name) for name in _FACTORIES}
     try:
         for name, orig in saved.items():
@@ -216,11 +221,14 @@ def trace_problem(problem):
 
     params = list(inspect.signature(model.forward).parameters.values())[len(inputs):]
     fixed = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    # einops' functions (Mamba, L3 48 / 49) check their argument's type: they stay calls
+    leaves = [f for f in vars(mod).values() if callable(f) and getattr(f, "__module__", "").startswith("einops")]
     try:
-        gm = fx.symbolic_trace(model, concrete_args=fixed or None)
+        tracer = fx.Tracer(autowrap_functions=tuple(leaves))
+        gm = fx.GraphModule(model, tracer.trace(model, concrete_args=fixed or None), type(model).__name__)
     except Exception:
         restore()
-        gm = shape_trace(model, inputs, fixed)
+        gm = shape_trace(model, inputs, fixed, leaves)
     restore()
     for m, k, v in state:  # the GraphModule copied the root's attributes while they were proxies
         if m is model and isinstance(getattr(gm, k, None), fx.Proxy):
