@@ -172,6 +172,7 @@ class Model(nn.Module):
 ''', "[torch.randn(5, 3, 6), torch.randn(4, 3, 8)]")
     sol, _, _ = run(p, trials=1)
     assert sol.kind == "rnn" and any(r.startswith("rnn:") for r in sol.replaced)
+    assert sol.graph == 1  # 20 or 10 step launches of tiny tensors: replayed as a graph by default
     assert not any(k in ("GRU", "LSTM") for k in sol.kept)
 
 
@@ -225,7 +226,8 @@ def test_graph_default_and_the_eager_path_without_cuda(home):
     p = problem("class Model(nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2.0 + 1.0",
                 "[torch.randn(8, 16)]")
     sol, _, new = run(p)
-    assert "KB_CUDA_GRAPH" in sol.source and "'KB_CUDA_GRAPH': [0, 1]" in sol.source
+    assert sol.graph == 0 and "KB_CUDA_GRAPH = 0" in sol.source  # one fused launch: nothing to save
+    assert "'KB_CUDA_GRAPH': [0, 1]" in sol.source
     assert "return _kb_graphed(self, self._kb_forward, (x,))" in sol.source
     assert "_kb_graphs" not in vars(new)  # on the CPU the forward ran as it is
 

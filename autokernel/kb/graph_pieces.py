@@ -109,23 +109,21 @@ def launches_nothing(gm, node) -> bool:
 
 def io_bytes(gm) -> int:
     """Bytes of the forward's tensor inputs and outputs (what a graph replay copies)."""
-    from torch.fx.node import map_aggregate
 
-    total = 0
-
-    def add(m):
-        nonlocal total
-        if hasattr(m, "shape") and hasattr(m, "dtype"):
+    def size(m) -> int:
+        if hasattr(m, "shape") and hasattr(m, "dtype"):  # a TensorMetadata (itself a tuple)
             n = 1
             for d in m.shape:
                 n *= int(d)
-            total += n * m.dtype.itemsize
-        return m
+            return n * m.dtype.itemsize
+        if isinstance(m, (tuple, list)):
+            return sum(size(v) for v in m)
+        return 0
 
+    total = 0
     for node in gm.graph.nodes:
         vals = [node] if node.op == "placeholder" else list(node.all_input_nodes) if node.op == "output" else []
-        for v in vals:
-            map_aggregate(v.meta.get("tensor_meta"), add)
+        total += sum(size(v.meta.get("tensor_meta")) for v in vals)
     return total
 
 

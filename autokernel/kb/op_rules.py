@@ -13,7 +13,7 @@ from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number,
                                     node_shape)
 from autokernel.kb.norm_rewrites import norm_stats
 from autokernel.kb.pattern_rules import PatternRules
-from autokernel.kb.rnn_pieces import rnn_forward
+from autokernel.kb.rnn_pieces import rnn_forward, rnn_launches
 from autokernel.kb.trimm_pieces import tri_matmul
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
@@ -180,6 +180,8 @@ class OpRules(PatternRules):
         for family, target, fn in (("rnn", rnn_forward, "_kb_rnn"), ("trimm", tri_matmul, "_kb_trimm")):
             if node.op == "call_function" and node.target is target:
                 self.generated[family].add(node)
+                if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
+                    self.launches += rnn_launches(self.gm, node) - 1
                 return f"{fn}({self.call(node.args, node.kwargs)})"
         taken = self.fallback_call(node)
         if taken is not None:

@@ -173,6 +173,16 @@ def rnn_forward(x, hx, module, lstm: bool):
     return (out, (h, torch.empty_like(h))) if lstm else (out, h)
 
 
+def rnn_launches(gm, node) -> int:
+    """Kernel launches of one rnn_forward node: a step kernel per time step, layer and direction."""
+    from autokernel.kb.fx_nodes import node_shape
+
+    x, mod = node.args[0], gm.get_submodule(node.args[2].target)
+    shape = node_shape(x) or (1,)
+    steps = shape[1] if mod.batch_first and len(shape) == 3 else shape[0]
+    return steps * mod.num_layers * (2 if mod.bidirectional else 1)
+
+
 def rewrite_rnns(gm) -> bool:
     """nn.GRU / nn.LSTM calls with fp32 weights (no dropout between layers, no projection) ->
     rnn_forward(x, hx, module, lstm). True when anything changed."""
