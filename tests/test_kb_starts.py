@@ -215,6 +215,20 @@ def test_triangular_matmul_takes_a_sixth_of_the_work_when_the_inputs_are_triangu
     torch.testing.assert_close(new(a, b), ref(a, b), atol=1e-4, rtol=1e-4)
 
 
+REDUCTIONS = ("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.fc = nn.Linear(12, 24)\n        self.pool = nn.AdaptiveAvgPool2d((1, 1))\n\n"
+              "    def forward(self, x, y):\n        a = torch.logsumexp(self.fc(x) * 3.0, dim=1, keepdim=True)\n"
+              "        return a, self.pool(y).flatten(1), torch.sum(y, dim=[2, 3]), y.mean(1)",
+              "[torch.randn(6, 12), torch.randn(2, 5, 7, 9)]", "[]")
+
+
+def test_logsumexp_sums_and_global_pools_next_to_a_matmul_are_generated(home):
+    """L2 18 / 22 / 45 / 64 (a logsumexp after a GEMM), L3's ResNets (a global average pool)."""
+    sol, _, _ = run(problem(*REDUCTIONS))
+    assert sol.library == "matmul" and sum(r.startswith("dimred:") for r in sol.replaced) == 4
+    assert not {"logsumexp", "sum", "mean", "AdaptiveAvgPool2d"} & set(sol.kept)
+
+
 # -- CUDA-graph replay --------------------------------------------------------------------------------
 
 def test_graph_default_and_the_eager_path_without_cuda(home):
@@ -326,7 +340,7 @@ def test_generated_starts_compile_for_sm90(home):
     if torch.cuda.is_available():
         pytest.skip("the GPU tests compile these for real")
     launches = []
-    for name, (body, inputs, init) in REPRESENTATIVE.items():
+    for name, (body, inputs, init) in [*REPRESENTATIVE.items(), ("6_Reductions.py", REDUCTIONS)]:
         p = problem(body, inputs, init, name=name[:-3])
         sol = initial_solution(p)
         mod = load_source(sol.source, f"kb_start_cc_{p.code_hash}")

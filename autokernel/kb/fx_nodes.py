@@ -55,7 +55,7 @@ def fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                     "prod", "logsumexp", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                      "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
                      "avg_pool2d", "avg_pool3d"):
             if getattr(mod, name, None) is target:

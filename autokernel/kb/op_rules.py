@@ -334,6 +334,8 @@ class OpRules(PatternRules):
                         f"{self.fmt(allk.get('eps', 1e-5))})")
         if self.main == "reduce" and name in ("sum", "mean") and is_float_tensor(x):
             return self.reduce_call(node, name, x, rest, kw2)
+        if name in ("sum", "mean") and (rest or "dim" in kw2):  # next to another starter: the dim-reduction kernel
+            return self.dimred_call(node, name, x, rest, kw2)
         ce_defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None,
                        "reduction": "mean", "label_smoothing": 0.0}
         if self.main == "cross_entropy" and name == "cross_entropy" and len(rest) == 1 \

@@ -10,6 +10,7 @@ import operator
 
 def rewrite(gm) -> None:
     einsum_as_matmul(gm)
+    global_pool_as_mean(gm)
     split_linear_bias(gm)
     decompose_losses(gm)
     decompose_distance_losses(gm)
@@ -66,6 +67,32 @@ def einsum_as_matmul(gm) -> None:
         with gm.graph.inserting_before(node):
             mm = gm.graph.call_function(torch.matmul, tuple(node.args[1:]))
         node.replace_all_uses_with(mm)
+        gm.graph.erase_node(node)
+
+
+def global_pool_as_mean(gm) -> None:
+    """nn.AdaptiveAvgPool1d/2d/3d and F.adaptive_avg_pool*d to size 1 (a global average pool, the
+    end of every ResNet) -> torch.mean over the pooled dims, keepdim: the same values, and the
+    dim-reduction kernel takes it."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    fns = {F.adaptive_avg_pool1d: 1, F.adaptive_avg_pool2d: 2, F.adaptive_avg_pool3d: 3}
+    mods = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module" and type(gm.get_submodule(node.target)) in mods and len(node.args) == 1 \
+                and not node.kwargs:
+            nd, size = mods[type(gm.get_submodule(node.target))], gm.get_submodule(node.target).output_size
+        elif node.op == "call_function" and node.target in fns and len(node.args) == 2 and not node.kwargs:
+            nd, size = fns[node.target], node.args[1]
+        else:
+            continue
+        if not all(v == 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
+            continue
+        with gm.graph.inserting_before(node):
+            out = gm.graph.call_function(torch.mean, (node.args[0], tuple(range(-nd, 0))), {"keepdim": True})
+        node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
 
 
