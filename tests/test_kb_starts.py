@@ -202,6 +202,18 @@ class Model(nn.Module):
         torch.testing.assert_close(mod._kb_ew(op, a, b), f(a, b))
 
 
+def test_inplace_activation_on_an_intermediate_runs_out_of_place(home):
+    """MobileNet's ReLU6(inplace=True) after a layer: nothing else reads its input, so the kernel
+    may write a new tensor; on one that is read again it stays torch's."""
+    p = problem("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.fc = nn.Linear(8, 8)\n        self.act = nn.ReLU6(inplace=True)\n"
+                "        self.act2 = nn.Hardtanh(-0.5, 0.5, inplace=True)\n\n"
+                "    def forward(self, x):\n        h = self.fc(x) * 4.0\n        return self.act(h + 1.0) + self.act2(h)",
+                "[torch.randn(5, 8)]")
+    sol, _, _ = run(p, trials=1)
+    assert "ReLU6" not in sol.kept and "Hardtanh" in sol.kept
+
+
 @pytest.mark.parametrize("fn, make", [("triu", "torch.triu"), ("tril", "torch.tril")])
 def test_triangular_matmul_takes_a_sixth_of_the_work_when_the_inputs_are_triangular(home, fn, make):
     """L1 14 / 15: triu(A @ B) of upper-triangular A, B; a non-triangular input takes the full K range."""

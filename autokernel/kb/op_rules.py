@@ -152,6 +152,12 @@ class OpRules(PatternRules):
             self.whole[node] = (x, name)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
+    @staticmethod
+    def out_of_place_ok(mod, x) -> bool:
+        """An activation module may write a new tensor instead of x in place: it is not in place, or
+        x is an intermediate result nothing else reads (ReLU6(inplace=True) in MobileNet)."""
+        return not mod.inplace or (hasattr(x, "users") and len(x.users) == 1 and x.op not in ("placeholder", "get_attr"))
+
     def attention_call(self, node) -> str | None:
         """_kb_sdpa / _kb_masked_sdpa / _kb_sdpa_mm for an attention the starters take."""
         sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
@@ -209,17 +215,17 @@ class OpRules(PatternRules):
                     return self.ew_unary(op, args[0])
             if type(mod) is nn.GELU:
                 return self.ew_unary(2 if mod.approximate == "tanh" else 1, args[0])
-            if type(mod) is nn.LeakyReLU and not mod.inplace:
+            if type(mod) is nn.LeakyReLU and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(19, args[0], float(mod.negative_slope))
-            if type(mod) in (nn.Hardtanh, nn.ReLU6) and not mod.inplace:
+            if type(mod) in (nn.Hardtanh, nn.ReLU6) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
-            if type(mod) in (nn.Mish, nn.Hardswish) and not mod.inplace:
+            if type(mod) in (nn.Mish, nn.Hardswish) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(MISH if type(mod) is nn.Mish else HARDSWISH, args[0])
-            if type(mod) in (nn.SELU, nn.Hardsigmoid) and not mod.inplace:
+            if type(mod) in (nn.SELU, nn.Hardsigmoid) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(UNARY["selu" if type(mod) is nn.SELU else "hardsigmoid"], args[0])
             if type(mod) is nn.Softplus:
                 return self.ew_unary(SOFTPLUS, args[0], float(mod.beta), float(mod.threshold))
-            if type(mod) is nn.ELU and not mod.inplace:
+            if type(mod) is nn.ELU and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(ELU, args[0], float(mod.alpha))
             return None
         if node.op == "call_method":

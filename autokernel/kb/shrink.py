@@ -57,8 +57,9 @@ def shrink_value(v: int, cap: int, batch: bool = False, smalls: frozenset = froz
     return new
 
 
-def shrink_code(code: str, cap: int) -> tuple[str, dict]:
-    """(the code with its module-level sizes shrunk, {name: (old, new)} of what changed)."""
+def shrink_code(code: str, cap: int, keep: frozenset = frozenset()) -> tuple[str, dict]:
+    """(the code with its module-level sizes shrunk, {name: (old, new)} of what changed); the
+    names in `keep` stay as they are."""
     tree = ast.parse(code)
     smalls = set()
     for node in tree.body:
@@ -76,7 +77,7 @@ def shrink_code(code: str, cap: int) -> tuple[str, dict]:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if len(names) != len(targets):
+        if len(names) != len(targets) or set(names) & keep:
             continue
         is_batch = any("batch" in n.lower() for n in names)
         value = node.value
@@ -108,13 +109,24 @@ def shrink_code(code: str, cap: int) -> tuple[str, dict]:
 
 
 def shrink_candidates(problem: Problem) -> Iterator[tuple[Problem, dict]]:
-    """Smaller instances of the problem, mildest last, then the problem itself ({} changed)."""
+    """Smaller instances of the problem, mildest last; then the smallest with one size left as it
+    is, for each size (a head dim that decides the kernel: L1 97's 1024); then the problem itself
+    ({} changed)."""
     seen = set()
+
+    def make(code, tag):
+        return Problem(problem.source, problem.level, problem.problem_id, problem.name, code, problem.path, size=tag)
+
     for cap in CAPS:
         code, changed = shrink_code(problem.code, cap)
         if not changed or code in seen:
             continue
         seen.add(code)
-        yield Problem(problem.source, problem.level, problem.problem_id, problem.name, code, problem.path,
-                      size=f"cap{cap}"), changed
+        yield make(code, f"cap{cap}"), changed
+    _, smallest = shrink_code(problem.code, CAPS[0])
+    for name in smallest:
+        code, changed = shrink_code(problem.code, CAPS[0], keep=frozenset({name}))
+        if changed and code not in seen:
+            seen.add(code)
+            yield make(code, f"cap{CAPS[0]}-but-{name}"), changed
     yield problem, {}

@@ -270,6 +270,10 @@ class _Emitter(OpRules):
         # an elementwise result whose only use is a mean or sum of all its elements (a loss) is
         # reduced inside its own kernel: per-program partial sums, then the reduce starter over those
         full_reduce = {x: (node, how) for node, (x, how) in self.whole.items() if x in ew and len(x.users) == 1}
+        # a fused group computes its members where its root is: never past a kept op writing one of
+        # their inputs in place (relu_(h) after h + 1.0 was read)
+        mutated = {n.args[0] for n in nodes if n not in exprs and n.args and _writes_in_place(self.gm, n)}
+        ew = {n: e for n, e in ew.items() if not set(n.all_input_nodes) & mutated}
         groups = fusion_groups(ew, singles=set(full_reduce)) if self.fuse else {}
         reduced = {}
         for x, (red, how) in full_reduce.items():
@@ -330,6 +334,15 @@ class _Emitter(OpRules):
                 f"        return _kb_graphed(self, self._kb_forward, ({call}))\n\n"
                 f"    def _kb_forward(self, {', '.join(params)}):\n"
                 f"{imports}{body}\n")
+
+
+def _writes_in_place(gm, node) -> bool:
+    """A kept op that writes its first argument: an inplace=True module or function, x.add_()."""
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.endswith("__")
+    return node.op == "call_function" and node.kwargs.get("inplace") is True
 
 
 def _fp32(gm) -> bool:
