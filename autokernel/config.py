@@ -25,6 +25,11 @@ class Paths:
         return self.home / "autokernel.db"
 
     @property
+    def studies(self) -> Path:
+        """The search's Optuna studies (SQLite), one per kernel, dtype and declared space."""
+        return self.home / "studies.db"
+
+    @property
     def workspace(self) -> Path:
         return self.home / "workspace"
 

@@ -7,7 +7,9 @@ A kernel file is plain Python:
     BLOCK_SIZE = 1024                  # tunables: module-level literals, one per line
     NUM_WARPS = 8
     SEARCH_SPACE = {"BLOCK_SIZE": [512, 1024, 2048], "NUM_WARPS": [4, 8, 16]}
+    STRUCTURAL = ["SCHEDULE"]          # optional: the tunables that switch code paths, not sizes
     def valid_config(cfg): ...         # optional: rejects combinations that cannot work
+    def effective_config(cfg, dtype):  # optional: the tunables that matter for a dtype (autokernel.declared)
     DETERMINISTIC = True               # optional; False needs NONDETERMINISM_REASON = "..."
     def kernel_fn(*args): ...          # same signature and result as the spec's reference
 
@@ -20,6 +22,7 @@ import ast
 import hashlib
 import importlib.util
 import itertools
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ class KernelFile:
     search_space: dict[str, list[Any]]
     config: dict[str, Any]  # current values of the tunables named in the search space
     deterministic: bool = True
+    structural: tuple[str, ...] = ()  # the tunables that switch code paths (persistent, TMA, split-K...)
 
     @property
     def source_hash(self) -> str:
@@ -84,9 +88,14 @@ def parse_source(source: str, path: Path | None = None) -> KernelFile:
         if name not in consts:
             raise KernelFileError(f"{where}: tunable {name} is in SEARCH_SPACE but not a module-level literal")
         config[name] = consts[name]
+    structural = consts.get("STRUCTURAL", ())
+    if not isinstance(structural, (list, tuple)):
+        raise KernelFileError(f"{where}: STRUCTURAL must be a list of names of SEARCH_SPACE")
+    # a file that narrows its space (a KernelBench solution built from a starter) keeps the rest
+    structural = [n for n in structural if n in space]
     return KernelFile(path=path, source=source, kernel_type=consts["KERNEL_TYPE"], backend=consts["BACKEND"],
                       search_space={k: list(v) for k, v in space.items()}, config=config,
-                      deterministic=bool(consts.get("DETERMINISTIC", True)))
+                      deterministic=bool(consts.get("DETERMINISTIC", True)), structural=tuple(structural))
 
 
 def read_kernel_file(path: str | Path) -> KernelFile:
@@ -147,13 +156,29 @@ def config_is_valid(mod_or_none: ModuleType | None, kf: KernelFile, config: dict
         return False
 
 
+def _assignment(name: str) -> re.Pattern:
+    return re.compile(rf"^{re.escape(name)}\s*=\s*[^\n#]*?(\s*#[^\n]*)?$", re.MULTILINE)
+
+
 def with_config(source: str, config: dict[str, Any]) -> str:
     """Rewrite the tunables' assignment lines; everything else in the file stays byte for byte."""
     out = source
     for name, value in config.items():
-        pattern = re.compile(rf"^{re.escape(name)}\s*=\s*[^\n#]*?(\s*#[^\n]*)?$", re.MULTILINE)
-        new, n = pattern.subn(lambda m: f"{name} = {value!r}{m.group(1) or ''}", out, count=1)
+        new, n = _assignment(name).subn(lambda m: f"{name} = {value!r}{m.group(1) or ''}", out, count=1)
         if n != 1:
             raise KernelFileError(f"tunable {name} has no single-line module-level assignment to rewrite")
         out = new
     return out
+
+
+def candidate_key(source: str, effective: dict[str, Any]) -> str:
+    """A candidate's identity: its effective configuration (the tunables that matter for the
+    kernel's dtype, see autokernel.declared) and the rest of its source with every tunable's value
+    blanked. Two files that differ only in tunables the kernel ignores have one key; any other
+    edit (an LLM's) makes a new one. 32 hex digits of sha256."""
+    kf = parse_source(source)
+    rest = source
+    for name in kf.search_space:
+        rest = _assignment(name).sub(f"{name} = ...", rest, count=1)
+    text = json.dumps(effective, sort_keys=True, default=str) + "\0" + rest
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

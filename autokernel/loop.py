@@ -6,8 +6,9 @@ One experiment, in the order that makes every interruption recoverable:
 2. the store row is inserted as "running" (its number is allocated there, atomically);
 3. a worktree from the kernel's branch head; the candidate committed and pinned under
    refs/autokernel/experiments/<tag>; the commit written into the row;
-4. the bench judges it (a quick screen first when the proposer asks; the full judgement only if the
-   screen beats the best);
+4. the bench judges it: a candidate judged before (same key) is skipped; the others are screened at
+   the kernel's heaviest model shape and only one within the margin of the best goes on to the five
+   stages and the full timing, the library's timings reused from the run's start (screening.py);
 5. the verdict is written into the row *before* git is touched: kept -> fast-forward the branch,
    anything else -> drop the worktree (the commit stays reachable by its ref).
 A kill -9 anywhere leaves at most one "running" row: `--resume` marks it abandoned, removes stale
@@ -18,7 +19,7 @@ Keep rule: correct, not flagged (over 10x is for review), and faster than the ke
 run by more than the noise: new < best - max(iqr_new, iqr_best, 1% of best).
 
 Abandoned experiments are not counted as tried configurations the first time (they never got a
-verdict); see proposers/search.py.
+verdict); see proposers/search.py. The run's frame (events, setup, guards, summary) is loop_run.py.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from autokernel.errors import AutoKernelError, ConfigError, LLMError, NotFoundError, ProposerError
+from autokernel import screening
+from autokernel.errors import AutoKernelError, ConfigError, LLMError, ProposerError
+from autokernel.loop_run import (Judge, LoopEvent, LoopSummary, cleanup_stale, default_judge, ensure_kernels,
+                                 has_gpu, reopen_run, run_guarded, stamped, summarize, verify_run)
+from autokernel.objective import MODES
 from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
 from autokernel.proposers import LLMSettings, SearchExhausted, make_proposer
 from autokernel.proposers.base import KernelContext, Proposal
@@ -37,40 +41,10 @@ from autokernel.proposers.costs import LLMBudgetSpent
 from autokernel.runs import check_loop_options, lock_key, lock_what
 from autokernel.store.tables import utcnow
 
+__all__ = ["LoopEvent", "LoopSummary", "cleanup_stale", "ensure_kernels", "reopen_run", "run_guarded", "run_loop",
+           "stamped", "summarize"]
+
 MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
-
-
-@dataclass
-class LoopEvent:
-    kind: str  # stage | baseline | start | done | proposer_failed | exhausted | state | verify
-    message: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    run_id: Optional[int] = None  # set on every event once the run's row exists
-
-
-@dataclass
-class LoopSummary:
-    run_id: int
-    status: str  # finished | interrupted
-    model: str
-    agent: str
-    experiments: int = 0  # non-baseline experiments in the run (all sessions)
-    starting_points: int = 0  # baseline rows: each kernel's start, judged once per run
-    kept: int = 0
-    elapsed_s: float = 0.0
-    predicted_speedup: float = 1.0
-    kernels: list[dict[str, Any]] = field(default_factory=list)
-    median_experiment_s: Optional[float] = None
-    stop_reason: str = ""
-    verify: Optional[dict[str, Any]] = None
-    verify_error: Optional[str] = None
-    timing: str = "gpu"  # gpu | cpu: what the latencies are (CPU: autokernel.cpu_timing)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-Judge = Callable[..., Any]  # (source, kernel_type=, shapes=, weights=, dtype=, quick=, timeout_s=) -> BenchResult
 
 
 class _Loop:
@@ -82,13 +56,18 @@ class _Loop:
     NOTHING_LEFT = "every kernel exhausted"
 
     def __init__(self, store, workspace, *, run, kernels, agent, proposer, judge, budget_s, max_experiments,
-                 timeout_s, on_event):
+                 timeout_s, on_event, screen: Optional[Judge] = None, margin: float = screening.MARGIN,
+                 target_mode: str = "compile"):
         self.store, self.ws, self.run = store, workspace, run
         self.kernels = {k.id: k for k in kernels}
         self.agent, self.proposer, self.judge = agent, proposer, judge
+        self.screen, self.margin = screen, margin  # the bench's cheap screen (None: every candidate judged fully)
         self.budget_s, self.max_experiments, self.timeout_s = budget_s, max_experiments, timeout_s
         self.emit = on_event or (lambda e: None)
-        self.orch = Orchestrator.from_store(store, run.id, kernels)
+        self.orch = Orchestrator.from_store(store, run.id, kernels, target_mode=target_mode)
+        self.duplicates = 0  # candidates skipped this session: judged before
+        self.repeats: dict[int, int] = {}  # kernel -> batches in a row that held only repeats
+        self.last_reason: tuple = ()
         self.elapsed_before = run_elapsed_s(store, run.id)
         self.t0 = time.monotonic()
         self.last_result: dict[int, Any] = {}
@@ -110,7 +89,11 @@ class _Loop:
     def state_event(self, message: str = "") -> None:
         snap = self.orch.snapshot()
         snap.update(run_id=self.run.id, experiments=self.count(), elapsed_s=self.elapsed(),
-                    time_left_s=max(0.0, self.budget_s - self.elapsed()), max_experiments=self.max_experiments)
+                    time_left_s=max(0.0, self.budget_s - self.elapsed()), max_experiments=self.max_experiments,
+                    duplicates=self.duplicates)
+        rejected = getattr(self.proposer, "rejected", {})
+        for row in snap["kernels"]:
+            row["rejected"] = rejected.get(row["name"], 0)  # invalid for the device, never compiled
         self.emit(LoopEvent("state", message, snap))
 
     def context(self, k) -> KernelContext:
@@ -148,9 +131,28 @@ class _Loop:
         return ctx
 
     def bench(self, k, source: str, quick: bool):
+        """The full judgement. Once the run's start of the kernel timed the library (eager and
+        torch.compile per shape), later candidates are timed alone and get those timings copied."""
         ctx = self.context(k)
-        return self.judge(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None,
-                          weights=ctx.weights or None, dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
+        st = self.orch.states.get(k.id)
+        kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
+                  dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
+        if st is None or not st.library:
+            return self.judge(**kw)
+        res = self.judge(**kw, baselines=False)
+        screening.fill_library(res, st.start_shapes)
+        return res
+
+    def screened(self, k, source: str):
+        """(result, plan) of the cheap screen, or (None, None) when the kernel is not screened
+        (no screen, or no timing of its best at its heaviest shape yet)."""
+        st = self.orch.states.get(k.id)
+        p = screening.plan(st.start_shapes, st.best_shapes) if st is not None and self.screen else None
+        if p is None:
+            return None, None
+        res = self.screen(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
+                          timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
+        return res, p
 
     # -- resume ---------------------------------------------------------------------------------
 
@@ -196,7 +198,8 @@ class _Loop:
             exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
                                             backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
                                             description="starting point of this run", status="running",
-                                            config_json=json.dumps(cfg, sort_keys=True))
+                                            config_json=json.dumps(cfg, sort_keys=True),
+                                            candidate_key=screening.key_of(source, k.dtype))
             self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
             t0 = time.monotonic()
             try:
@@ -256,11 +259,11 @@ class _Loop:
             proposals = proposals[:max(1, limit - self.count())]
         return proposals
 
-    def _start(self, k, proposal: Proposal) -> tuple[Any, str]:
+    def _start(self, k, proposal: Proposal, key: Optional[str]) -> tuple[Any, str]:
         exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
                                         backend=k.backend, proposer=self.agent, description=proposal.description,
                                         config_json=json.dumps(proposal.config, sort_keys=True, default=str),
-                                        status="running", llm_call_id=proposal.llm_call_id)
+                                        status="running", llm_call_id=proposal.llm_call_id, candidate_key=key)
         tag = f"{k.kernel_type}-r{self.run.id}-e{exp.number}"
         self.store.update_experiment(exp.id, tag=tag)
         if proposal.llm_call_id is not None:
@@ -274,37 +277,62 @@ class _Loop:
     def experiments(self, k, proposals: list[Proposal]) -> None:
         """Judge a batch of candidates for one kernel, each in its own worktree from the same branch
         head, against the best before the batch; the fastest that beats it is kept, the rest reverted.
-        A batch of one is the classic keep/revert experiment."""
+        A batch of one is the classic keep/revert experiment. A candidate judged before is skipped;
+        one the screen stops is "screened" without the full judgement."""
         st = self.orch.states[k.id]
         best_us, best_iqr = st.best_us, st.best_iqr_us
+        seen = screening.judged_keys(self.store.list_experiments(kernel_id=k.id))
         open_: list[tuple[Any, Any, Optional[str], float]] = []  # (row, worktree, sha, t0) without a verdict
-        judged: list[tuple[Any, Any, str, Any, float]] = []  # (row, worktree, sha, result, seconds)
+        judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
         try:
             for proposal in proposals:
+                key = screening.key_of(proposal.source, k.dtype)
+                if key is not None and key in seen:
+                    self.duplicates += 1
+                    self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
+                                        {"kernel": k.name, "key": key}))
+                    continue
+                seen.add(key)
                 t0 = time.monotonic()
-                exp, tag = self._start(k, proposal)
+                exp, tag = self._start(k, proposal, key)
                 open_.append((exp, None, None, t0))
                 worktree = self.ws.start_experiment(k.name, tag)
                 open_[-1] = (exp, worktree, None, t0)
                 sha = self.ws.commit_experiment(worktree, proposal.source, f"{tag}: {proposal.description}", tag)
                 open_[-1] = (exp, worktree, sha, t0)
                 self.store.update_experiment(exp.id, commit=sha)
-                res = self.bench(k, proposal.source, quick=proposal.quick)
-                screened = proposal.quick and res.correct and res.latency_us is not None
-                if screened and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr):
-                    res = self.bench(k, proposal.source, quick=False)  # promoted: the full judgement decides
-                judged.append((exp, worktree, sha, res, time.monotonic() - t0))
-            # a quick screen that did not beat the best fails `beats` here too: never kept unjudged
-            eligible = [j for j in judged if j[3].correct and j[3].latency_us is not None and not j[3].flagged
+                res, plan = self.screened(k, proposal.source)
+                extra: dict = {}
+                if res is not None:
+                    extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
+                    if screening.stopped(res, plan, self.margin):
+                        extra.update(screening.screened_fields(res, plan))
+                    elif res.correct:
+                        res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement
+                else:
+                    res = self.bench(k, proposal.source, quick=proposal.quick)
+                judged.append((exp, worktree, sha, res, time.monotonic() - t0, extra))
+            if proposals and not judged:  # only repeats: a proposer that cannot leave them is set aside
+                n = self.repeats[k.id] = self.repeats.get(k.id, 0) + 1
+                if n >= MAX_PROPOSER_FAILURES:
+                    self.orch.mark_exhausted(k.id)
+                    self.emit(LoopEvent("exhausted", f"{k.name}: {n} proposals in a row were all judged before; "
+                                        "set aside", {"kernel": k.name}))
+            else:
+                self.repeats[k.id] = 0
+            # a screened candidate has no full judgement: never kept (its status is set already)
+            eligible = [j for j in judged if j[5].get("status") != "screened" and j[3].correct
+                        and j[3].latency_us is not None and not j[3].flagged
                         and beats(j[3].latency_us, j[3].latency_iqr_us, best_us, best_iqr)]
             winner = min(eligible, key=lambda j: j[3].latency_us) if eligible else None
             rows = []
-            for exp, worktree, sha, res, seconds in judged:
+            for exp, worktree, sha, res, seconds, extra in judged:
                 fields = res.experiment_fields()
                 if res.correct:
                     fields["status"] = "kept" if winner is not None and exp.id == winner[0].id else "reverted"
                     if res.flagged:
                         fields["error"] = "speed-up over 10x: flagged for review, not kept"
+                fields.update(extra)
                 fields.update(duration_s=seconds, finished_at=utcnow())
                 rows.append((self.store.update_experiment(exp.id, **fields), res))
                 open_ = [o for o in open_ if o[0].id != exp.id]
@@ -345,6 +373,10 @@ class _Loop:
             st = self.orch.pick()
             if st is None:
                 return self.NOTHING_LEFT
+            invest = "investing" in self.orch.reason
+            if (st.kernel_id, invest) != self.last_reason:  # said when the choice (or its ground) changes
+                self.last_reason = (st.kernel_id, invest)
+                self.emit(LoopEvent("schedule", self.orch.reason, {"kernel": st.name, "invest": invest}))
             k = self.kernels[st.kernel_id]
             try:
                 proposals = self.propose(k)
@@ -360,52 +392,22 @@ def _row(e) -> dict[str, Any]:
                                        "latency_us", "speedup_vs_eager", "pct_peak", "duration_s", "error")}
 
 
-def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: list[str] | None, batch: int,
-                   seq: int | None, dtype: str | None, device: str | None, top: int, emit) -> list:
-    """The model's kernels of this backend; profiled and extracted first when the store has none."""
-    kernels = [k for k in store.list_kernels(model=model) if k.backend == backend]
-    if not kernels:
-        from autokernel.extract import extract
-        from autokernel.models import load_model
-        from autokernel.profile import profile_model
-
-        emit(LoopEvent("stage", f"profiling {model} (nothing in the store for it yet)"))
-        bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device)
-        result = profile_model(bundle)
-        profile = store.add_profile(result.model, result.entries, config=result.config, device=result.device,
-                                    total_gpu_ms=result.total_gpu_ms, forward_ms=result.forward_ms)
-        del bundle
-        import gc
-
-        import torch
-
-        gc.collect()
-        if torch.cuda.is_available():  # the bench child needs the memory the model held here
-            torch.cuda.empty_cache()
-        emit(LoopEvent("stage", f"extracting the top {top} kernels of profile {profile.id}"))
-        extract(store, workspace, profile_id=profile.id, top=top, backend=backend,
-                on_skip=lambda name, why: emit(LoopEvent("stage", f"skipped {name}: {why}")))
-        kernels = [k for k in store.list_kernels(model=profile.model) if k.backend == backend]
-    if kernel_types:
-        kernels = [k for k in kernels if k.kernel_type in kernel_types]
-    if not kernels:
-        raise NotFoundError(f"no {backend} kernels to optimize for {model}"
-                            + (f" among {', '.join(kernel_types)}" if kernel_types else ""))
-    return kernels
-
-
 def run_loop(store, workspace, *, model: str | None = None, hours: float | None = None,
              max_experiments: int | None = None,
              agent: str = "search", kernels: list[str] | None = None, backend: str = "triton",
              resume_run_id: int | None = None, batch: int = 1, seq: int | None = None, dtype: str | None = None,
              device: str | None = None, top: int = 5, llm_model: str | None = None, provider: str | None = None,
              llm: LLMSettings | None = None, timeout_s: float = 600.0, verify: bool = True,
-             judge: Judge | None = None, proposer=None,
+             judge: Judge | None = None, proposer=None, screen: Judge | None = None,
+             target_mode: str | None = None, margin: float | None = None,
              on_event: Callable[[LoopEvent], None] | None = None) -> LoopSummary:
     """Run (or resume) an optimization run; returns its summary. KeyboardInterrupt is handled: the
     current experiment is abandoned cleanly and the summary says "interrupted". The proposer's
     configuration (the llm's endpoint, key, model, price) is checked before anything is profiled,
-    extracted or written; `llm` holds the llm agent's options (llm_model/provider fill its gaps)."""
+    extracted or written; `llm` holds the llm agent's options (llm_model/provider fill its gaps).
+    target_mode: what the model runs under, so what a kernel must beat (compile: torch.compile's op,
+    GPU time; eager: eager's op, host time included). margin: the screen lets a candidate through
+    within this factor of the best (default 1.2). A given `judge` comes with its `screen` (or none)."""
     emit = on_event or (lambda e: None)
     llm = LLMSettings(**(llm.config() if llm else {}))
     llm.llm_model, llm.provider = llm_model or llm.llm_model, provider or llm.provider
@@ -422,9 +424,17 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         # the budget of the original command, unless this one names a new one
         hours = hours if hours is not None else opts.get("hours")
         max_experiments = max_experiments if max_experiments is not None else opts.get("max_experiments")
+        target_mode = target_mode or opts.get("target_mode")
+        margin = margin if margin is not None else opts.get("margin")
         llm = llm.merged(opts)
     elif not model:
         raise ConfigError("--model is required (or --resume RUN)")
+    target_mode = target_mode or "compile"
+    margin = screening.MARGIN if margin is None else float(margin)
+    if target_mode not in MODES:
+        raise ConfigError(f"--target-mode must be one of {', '.join(MODES)}, not {target_mode!r}")
+    if not margin >= 1.0:
+        raise ConfigError(f"--screen-margin must be at least 1 (a factor of the best's time), not {margin!r}")
     # every option is checked before anything is written (see autokernel/runs.py)
     check_loop_options(hours=hours, max_experiments=max_experiments, agent=agent if proposer is None else "search",
                        kernels=kernels, backend=backend, batch=batch, seq=seq, dtype=dtype, top=top,
@@ -444,7 +454,8 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         if run is None:
             run = store.create_run("loop", model=model, agent=agent, pid=os.getpid(), config={
                 "hours": hours, "max_experiments": max_experiments, "backend": backend, "kernels": kernels,
-                "batch": batch, "seq": seq, "dtype": dtype, "top": top, **llm.config()})
+                "batch": batch, "seq": seq, "dtype": dtype, "top": top, "target_mode": target_mode, "margin": margin,
+                **llm.config()})
             emit = stamped(emit, run.id)
         store.set_lock_run(key, run.id)
         if hasattr(proposer, "run_id"):
@@ -455,9 +466,10 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
         try:
             if judge is None:
                 judge, worker, ceilings = default_judge(store, emit, gpu_compile=proposer.writes_source)
+                screen = ceilings.get("screen")
             loop = _Loop(store, workspace, run=run, kernels=rows, agent=agent, proposer=proposer, judge=judge,
                          budget_s=hours * 3600.0, max_experiments=max_experiments, timeout_s=timeout_s,
-                         on_event=emit)
+                         on_event=emit, screen=screen, margin=margin, target_mode=target_mode)
             loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")
         except BaseException:
             if worker is not None:
@@ -473,124 +485,14 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
 
         status, reason = run_guarded(store, run.id, work, worker)
         summary = summarize(store, run.id, loop.orch, status=status, reason=reason)
-        summary.timing = "gpu" if _has_gpu() else "cpu"
+        summary.timing = "gpu" if has_gpu() else "cpu"
         if verify and status == "finished":
             emit(LoopEvent("stage", "verifying the model with the kept kernels"))
             try:
-                summary.verify, summary.verify_error = _verify(store, workspace, run.id, emit)
+                summary.verify, summary.verify_error = verify_run(store, workspace, run.id, emit)
             except KeyboardInterrupt:
                 status = summary.status = "interrupted"
                 summary.verify_error = "verification interrupted by the user"
             emit(LoopEvent("verify", summary.verify_error or "verified", {"verify": summary.verify}))
         store.finish_run(run.id, status)
     return summary
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def stamped(emit: Callable[[LoopEvent], None], run_id: int) -> Callable[[LoopEvent], None]:
-    """`emit` with the run's id set on every event (the CLI's log file is named after it)."""
-    def emit_for_run(event: LoopEvent) -> None:
-        if event.run_id is None:
-            event.run_id = run_id
-        emit(event)
-    return emit_for_run
-
-
-def reopen_run(store, run, kind: str, emit):
-    """A run resumed by this process: of the right kind, rows a dead process left "running" marked
-    abandoned, and the run itself running again under this pid."""
-    if run.kind != kind:
-        raise ConfigError(f"run {run.id} is a {run.kind} run, not a {kind} run")
-    n = store.abandon_running(run.id)
-    if n:
-        emit(LoopEvent("stage", f"run {run.id}: {n} experiment(s) left running by a dead process marked abandoned"))
-    return store.update_run(run.id, status="running", pid=os.getpid(), finished_at=None)
-
-
-def run_guarded(store, run_id: int, work: Callable[[], str], worker=None) -> tuple[str, str]:
-    """(status, reason) of a run's work (which returns why it stopped): Ctrl-C is an interrupted
-    run, any other failure marks the run failed and propagates; the worker is closed either way."""
-    try:
-        return "finished", work()
-    except KeyboardInterrupt:
-        return "interrupted", "interrupted by the user"
-    except BaseException:
-        store.finish_run(run_id, "failed")
-        raise
-    finally:
-        if worker is not None:
-            worker.close()
-
-
-def cleanup_stale(workspace, emit) -> None:
-    """Remove the worktrees a dead process left behind."""
-    removed = workspace.cleanup_stale()
-    if removed:
-        emit(LoopEvent("stage", f"removed {len(removed)} stale worktree(s)"))
-
-
-def default_judge(store, emit, gpu_compile: bool = False) -> tuple[Judge, Any, dict[str, Any]]:
-    """The long-lived bench worker (warm caches, isolation per candidate) with the device's measured
-    ceilings; on a machine without a GPU, wrapped with CPU wall-clock timing, and with `gpu_compile`
-    a correct candidate must also compile for sm_90 (the interpreter runs code the compiler rejects).
-    Returns (judge, worker, {"ceilings": measured or None, "device": what the timings are})."""
-    import functools
-    import platform
-
-    import torch
-
-    from autokernel.bench import calibrate, ceilings_of
-    from autokernel.bench.runner import BenchWorker
-    from autokernel.cpu_timing import CPU_TIMING_NOTE, CPUTimedJudge
-
-    worker = BenchWorker()
-    if not torch.cuda.is_available():
-        emit(LoopEvent("stage", "no GPU: kernels run in the Triton interpreter; " + CPU_TIMING_NOTE))
-        return (CPUTimedJudge(functools.partial(worker.judge, gpu_compile=gpu_compile)), worker,
-                {"ceilings": None, "device": f"cpu {platform.machine()} (Triton interpreter)"})
-    emit(LoopEvent("stage", "measuring the device's ceilings (once per device)"))
-    device = calibrate(store, worker=worker)
-    ceilings = ceilings_of(device)
-    return functools.partial(worker.judge, ceilings=ceilings), worker, {"ceilings": ceilings, "device": device.name}
-
-
-def _verify(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:
-    try:
-        from autokernel.verify import verify
-    except ImportError as exc:
-        return None, f"verify is not available: {exc}"
-    try:
-        # only what the loop kept goes in: on a CPU every other kernel would be a starter run
-        # through the interpreter for nothing (minutes on a non-tiny model)
-        result = verify(store, workspace, run_id=run_id, only_kept=True,
-                        progress=lambda message: emit(LoopEvent("stage", f"verify: {message}")))
-    except AutoKernelError as exc:
-        return None, exc.one_line()
-    data = result.to_dict() if hasattr(result, "to_dict") else dict(getattr(result, "__dict__", {}))
-    return json.loads(json.dumps(data, default=str)), None
-
-
-def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: str = "finished",
-              reason: str = "") -> LoopSummary:
-    """The run's summary from the store alone (also what `--resume` and the report show)."""
-    import statistics
-
-    run = store.get_run(run_id)
-    rows = store.list_experiments(run_id=run_id)
-    if orch is None:
-        ids = {e.kernel_id for e in rows}
-        orch = Orchestrator.from_store(store, run_id, [store.get_kernel(i) for i in sorted(i for i in ids if i)])
-    durations = [e.duration_s for e in rows if e.proposer != "baseline" and e.duration_s]
-    exps = [e for e in rows if e.proposer != "baseline"]
-    snap = orch.snapshot()
-    return LoopSummary(run_id=run_id, status=status, model=run.model or "", agent=run.agent or "",
-                       experiments=len(exps), starting_points=len(rows) - len(exps),
-                       kept=sum(1 for e in exps if e.status == "kept"),
-                       elapsed_s=run_elapsed_s(store, run_id), predicted_speedup=snap["predicted_speedup"],
-                       kernels=snap["kernels"], stop_reason=reason,
-                       median_experiment_s=statistics.median(durations) if durations else None)

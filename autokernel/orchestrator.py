@@ -1,20 +1,21 @@
-"""Where the next experiment goes: Amdahl scheduling over a model's kernels (DESIGN.md section 5).
+"""Where the next experiment goes: model-level gain per GPU-second over a model's kernels
+(DESIGN.md sections 5 and 7; the arithmetic is autokernel.objective's).
 
-With f_i the share of model time in kernel i and s_i its current speed-up, the model's speed-up is
-    S = 1 / (1 - sum_i f_i (1 - 1/s_i)).
-The next experiment goes to the kernel whose *expected* gain in S is largest. The expectation is
-share x headroom x success rate, expressed in Amdahl units: a success is assumed to remove half of
-the kernel's remaining distance to its roofline (headroom = 1 - pct_peak/100; unknown roofline
-position counts as half-way), and it happens with the kernel's recent success rate (Laplace
-smoothed over the last `window` experiments, so a new kernel is tried before it is judged).
+The next experiment goes to the kernel with the largest expected gain of the *model* per second of
+GPU time: what the model would save with the kernel dispatched per shape, against the path it takes
+without it (torch.compile's op under --target-mode compile, eager's op with the host's time in eager
+mode), times the learned probability that the next experiment improves the kernel, over what one of
+its experiments costs. A kernel behind the library saves nothing however large its share; it is
+invested in only when its own trend says it crosses soon, and the pick's reason says so.
 
 A kernel plateaus after `plateau_after` consecutive non-improvements, or when it is within
 `roofline_margin_pct` of its roofline; the orchestrator then moves on. When every kernel has
-plateaued it revisits the one with the largest expected gain (its counter restarts). A kernel
-whose proposer says its space is exhausted is never picked again in this run.
+plateaued it revisits the one with the largest value (its counter restarts). A kernel whose
+proposer says its space is exhausted is never picked again in this run.
 
-All state is rebuilt from the store's experiment rows, so a resumed run schedules (and accounts
-time) exactly as if it had never stopped. The module never imports torch.
+All state is rebuilt from the store's experiment rows (the run's starting point of each kernel
+holds the library's per-shape timings, measured once per run), so a resumed run schedules (and
+accounts time) exactly as if it had never stopped. The module never imports torch.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from autokernel.amdahl import kernel_speedup, model_speedup
+from autokernel import objective
+from autokernel.amdahl import kernel_speedup
 
 # statuses that are experiments with a verdict (abandoned rows have none; baseline is the start)
-VERDICTS = ("kept", "reverted", "incorrect", "crashed", "timeout")
+VERDICTS = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout")
 NOISE_FLOOR = 0.01  # of the best latency: the smallest gain the keep rule believes
 
 
@@ -45,6 +47,19 @@ def keep_threshold_us(best_us: float, best_iqr: float | None) -> float:
     return best_us - max(best_iqr or 0.0, NOISE_FLOOR * best_us)
 
 
+def _shapes_of(exp) -> list[dict]:
+    """A row's per-shape timings; a row without them (older rows, hand-made ones) is one shape."""
+    rows = objective.per_shape(getattr(exp, "details_json", None))
+    if rows or not exp.latency_us:
+        return rows
+    row = {"shape": "all", "weight": 1.0, "latency_us": exp.latency_us, "wall_us": exp.wall_us}
+    if exp.speedup_vs_eager:
+        row["eager_us"] = exp.eager_us or exp.latency_us * exp.speedup_vs_eager
+    if exp.speedup_vs_compile:
+        row["compile_us"] = exp.compile_us or exp.latency_us * exp.speedup_vs_compile
+    return [row]
+
+
 @dataclass
 class KernelState:
     kernel_id: int
@@ -57,10 +72,17 @@ class KernelState:
     best_pct_peak: Optional[float] = None
     best_vs_eager: Optional[float] = None  # the best candidate's speed-up over eager PyTorch
     best_commit: Optional[str] = None
+    start_shapes: list[dict] = field(default_factory=list)  # the run's start, per shape (library timings)
+    best_shapes: list[dict] = field(default_factory=list)  # the best version, per shape
+    library: bool = False  # the start timed the library (a GPU run); else the start is the reference
     attempts: int = 0  # experiments with a verdict, this run
     kept: int = 0
+    screened: int = 0  # candidates the screen judged (promoted or stopped)
+    screened_out: int = 0  # ... of which it stopped
     since_improvement: int = 0
     recent: list[bool] = field(default_factory=list)  # kept or not, oldest first
+    steps: list[float] = field(default_factory=list)  # each keep's relative improvement
+    durations: list[float] = field(default_factory=list)  # seconds of each experiment with a verdict
     time_s: float = 0.0  # wall time spent on this kernel's experiments (from the store)
     exhausted: bool = False
     revisits: int = 0
@@ -79,11 +101,14 @@ class KernelState:
 
 class Orchestrator:
     def __init__(self, kernels: Iterable, *, plateau_after: int = 8, roofline_margin_pct: float = 5.0,
-                 window: int = 10, success_step: float = 0.5):
+                 window: int = 10, target_mode: str = "compile"):
+        if target_mode not in objective.MODES:
+            raise ValueError(f"target mode must be one of {', '.join(objective.MODES)}, not {target_mode!r}")
         self.plateau_after = plateau_after
         self.roofline_margin_pct = roofline_margin_pct
         self.window = window
-        self.success_step = success_step
+        self.target_mode = target_mode
+        self.reason = ""  # why the last pick() chose its kernel (the loop shows it)
         self.states: dict[int, KernelState] = {
             k.id: KernelState(kernel_id=k.id, name=k.name, kernel_type=k.kernel_type, share=float(k.share or 0.0))
             for k in kernels}
@@ -107,54 +132,67 @@ class Orchestrator:
         if exp.status == "baseline":
             if exp.latency_us:
                 st.baseline_us = exp.latency_us
-                self._maybe_best(st, exp, force=st.best_us is None or exp.latency_us < st.best_us)
+                st.start_shapes = _shapes_of(exp)
+                st.library = bool(exp.speedup_vs_eager) and any(r.get("eager_us") for r in st.start_shapes)
+                if st.best_us is None or exp.latency_us < st.best_us:
+                    self._best(st, exp)
             return
         if exp.status not in VERDICTS:
             return  # abandoned: no verdict, not an attempt
         st.attempts += 1
+        st.durations.append(float(exp.duration_s or 0.0))
+        if getattr(exp, "screen_us", None) is not None:
+            st.screened += 1
+            st.screened_out += exp.status == "screened"
         improved = exp.status == "kept"
         if improved:
+            if st.best_us and exp.latency_us:
+                st.steps.append(max(0.0, 1.0 - exp.latency_us / st.best_us))
             st.kept += 1
             st.since_improvement = 0
-            self._maybe_best(st, exp, force=True)
+            self._best(st, exp)
         else:
             st.since_improvement += 1
         st.recent = (st.recent + [improved])[-self.window:]
 
     @staticmethod
-    def _maybe_best(st: KernelState, exp, force: bool) -> None:
-        if force:
-            st.best_us = exp.latency_us
-            st.best_iqr_us = exp.latency_iqr_us
-            st.best_pct_peak = exp.pct_peak
-            st.best_vs_eager = exp.speedup_vs_eager
-            st.best_commit = exp.commit
+    def _best(st: KernelState, exp) -> None:
+        st.best_us = exp.latency_us
+        st.best_iqr_us = exp.latency_iqr_us
+        st.best_pct_peak = exp.pct_peak
+        st.best_vs_eager = exp.speedup_vs_eager
+        st.best_commit = exp.commit
+        st.best_shapes = _shapes_of(exp)
 
     def mark_exhausted(self, kernel_id: int) -> None:
         self.states[kernel_id].exhausted = True
 
-    # -- scheduling -----------------------------------------------------------------------------
+    # -- the objective --------------------------------------------------------------------------
 
-    def predicted_speedup(self) -> float:
-        return model_speedup((s.share, s.speedup) for s in self.states.values())
-
-    def success_rate(self, st: KernelState) -> float:
-        return (sum(st.recent) + 1.0) / (len(st.recent) + 2.0)
+    def times(self, st: KernelState) -> list[objective.ShapeTime]:
+        return objective.shape_times(st.start_shapes, st.best_shapes, self.target_mode, st.library)
 
     def headroom(self, st: KernelState) -> float:
         if st.best_pct_peak is None or st.best_pct_peak <= 0:
             return 0.5
         return max(0.0, 1.0 - st.best_pct_peak / 100.0)
 
+    def success_rate(self, st: KernelState) -> float:
+        return objective.success_probability(st.recent)
+
+    def value(self, st: KernelState) -> objective.Value:
+        fallback = statistics.median([d for s in self.states.values() for d in s.durations if d] or [0.0]) or None
+        return objective.kernel_value(self.times(st), st.share, self.success_rate(st),
+                                      objective.improvement_step(st.steps, self.headroom(st)),
+                                      objective.cost_s(st.durations, fallback), st.kept)
+
     def expected_gain(self, st: KernelState) -> float:
-        """Expected increase of the model's speed-up from one more experiment on this kernel."""
-        now = self.predicted_speedup()
-        cut = self.success_step * self.headroom(st)  # fraction of the kernel's time a success removes
-        if cut <= 0:
-            return 0.0
-        hoped = st.speedup / (1.0 - cut)
-        terms = [(o.share, hoped if o.kernel_id == st.kernel_id else o.speedup) for o in self.states.values()]
-        return (model_speedup(terms) - now) * self.success_rate(st)
+        """Expected model-time fraction per GPU-second of one more experiment on this kernel."""
+        return self.value(st).value
+
+    def predicted_speedup(self) -> float:
+        """The model's speed-up from what every kernel realizes now, in the target mode."""
+        return objective.model_speedup_of(self.value(s).realized for s in self.states.values())
 
     def plateaued(self, st: KernelState) -> bool:
         if st.since_improvement >= self.plateau_after:
@@ -162,18 +200,37 @@ class Orchestrator:
         return st.best_pct_peak is not None and st.best_pct_peak >= 100.0 - self.roofline_margin_pct
 
     def pick(self) -> Optional[KernelState]:
-        """The kernel for the next experiment, or None when every kernel is exhausted."""
+        """The kernel for the next experiment, or None when every kernel is exhausted; self.reason
+        says why it was chosen. Among kernels whose next experiment is worth something, a plateaued
+        one waits while another is not; when all of them have plateaued, the most valuable is
+        revisited (its patience restarts). A kernel worth nothing (behind the library, no trend) is
+        tried only when no kernel is worth anything."""
         live = [s for s in self.states.values() if not s.exhausted]
         if not live:
             return None
-        fresh = [s for s in live if not self.plateaued(s)]
-        if fresh:
-            return max(fresh, key=lambda s: (self.expected_gain(s), s.share, -s.kernel_id))
-        # All plateaued: revisit the most promising one with a fresh patience counter.
-        st = max(live, key=lambda s: (self.expected_gain(s), s.share, -s.kernel_id))
-        st.since_improvement = 0
-        st.revisits += 1
+        values = {s.kernel_id: self.value(s) for s in live}
+        worth = [s for s in live if values[s.kernel_id].value > 0]
+        fresh = [s for s in worth if not self.plateaued(s)]
+        pool = fresh or worth or [s for s in live if not self.plateaued(s)] or live
+        st = max(pool, key=lambda s: (values[s.kernel_id].value, s.share, -s.kernel_id))
+        revisit = self.plateaued(st)
+        if revisit:  # every candidate plateaued: a fresh patience counter
+            st.since_improvement = 0
+            st.revisits += 1
+        self.reason = self._reason(st, values[st.kernel_id], revisit=revisit)
         return st
+
+    def _reason(self, st: KernelState, v: objective.Value, revisit: bool) -> str:
+        lib = "the library" if st.library else "its start"
+        where = f"{v.vs_library:.2f}x {lib}" if v.vs_library else "not timed yet"
+        head = f"{st.name} ({where}, {100 * st.share:.0f}% of the model"
+        if v.invest:
+            return (f"{head}): behind {lib}, so it saves nothing yet; its trend ({v.p:.0%} of experiments "
+                    f"improve it, {v.step:.0%} per keep) crosses in ~{v.crosses_in:.0f} experiments: investing")
+        if v.value <= 0:
+            return f"{head}): no kernel is expected to gain the model anything; trying the largest share"
+        return (f"{head}): expected +{100 * v.expected:.3f}% of model time per experiment, "
+                f"{v.p:.0%} chance, ~{v.cost_s:.1f} s each" + ("; revisited after a plateau" if revisit else ""))
 
     # -- accounting -----------------------------------------------------------------------------
 
@@ -181,16 +238,18 @@ class Orchestrator:
         return sum(s.time_s for s in self.states.values())
 
     def snapshot(self) -> dict:
-        return {
-            "predicted_speedup": self.predicted_speedup(),
-            "kernels": [
-                {"kernel_id": s.kernel_id, "name": s.name, "kernel_type": s.kernel_type, "share": s.share,
-                 "baseline_us": s.baseline_us, "best_us": s.best_us, "speedup": s.speedup,
-                 "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
-                 "attempts": s.attempts, "kept": s.kept, "time_s": s.time_s, "exhausted": s.exhausted,
-                 "plateaued": self.plateaued(s)}
-                for s in sorted(self.states.values(), key=lambda s: -s.share)],
-        }
+        rows = []
+        for s in sorted(self.states.values(), key=lambda s: -s.share):
+            v = self.value(s)
+            rows.append({
+                "kernel_id": s.kernel_id, "name": s.name, "kernel_type": s.kernel_type, "share": s.share,
+                "baseline_us": s.baseline_us, "best_us": s.best_us, "speedup": s.speedup,
+                "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
+                "vs_library": v.vs_library if s.library else None, "realized": v.realized, "value": v.value,
+                "invest": v.invest, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
+                "screened_out": s.screened_out, "time_s": s.time_s, "exhausted": s.exhausted,
+                "plateaued": self.plateaued(s)})
+        return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}
 
 
 def run_elapsed_s(store, run_id: int) -> float:

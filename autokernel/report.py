@@ -34,6 +34,9 @@ class ReportRow:
     kernel: str  # kernel name, or the type when the experiment has no kernel row
     share: float = 0.0  # the kernel's share of model time (0 when unknown)
     proposer: str = ""  # "baseline" for a kernel's starting point in a run (not counted as an experiment)
+    duration_s: Optional[float] = None  # wall time the experiment took (the plot's x axis adds them up)
+    screen_us: Optional[float] = None  # its time at the heaviest shape, when the screen timed it
+    screen_best_us: Optional[float] = None  # the best's time there
 
     @property
     def starting_point(self) -> bool:
@@ -56,7 +59,8 @@ def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
             "commit": e.commit, "speedup_vs_compile": e.speedup_vs_compile, "gbps": e.gbps,
             "backend": e.backend, "run": e.run_id,
         }
-        rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0, e.proposer))
+        rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0, e.proposer,
+                              e.duration_s, e.screen_us, e.screen_best_us))
     return rows
 
 
@@ -174,6 +178,10 @@ class KernelSummary:
     best_latency_us: Optional[float]
     baseline_latency_us: Optional[float]
     starting_points: int = 0
+    screened: int = 0  # candidates the screen timed
+    screened_out: int = 0  # ... and stopped before the full judgement
+    stopped_slow: int = 0  # stopped, and at least SLOW x the best's time at the heaviest shape
+    judged_slow: int = 0  # fully judged although at least SLOW x the best (what the screen is for)
 
 
 def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
@@ -199,7 +207,31 @@ def summarize(rows: list[ReportRow]) -> list[KernelSummary]:
             failed=sum(r.values["status"] in ("incorrect", "crashed", "timeout") for r in group),
             best_vs_eager=best("speedup_vs_pytorch", max), best_vs_compile=best("speedup_vs_compile", max),
             best_latency_us=best("latency_us", min), baseline_latency_us=baselines[0] if baselines else None,
+            **screen_counts(group),
         ))
+    return out
+
+
+def screen_counts(group: list[ReportRow]) -> dict[str, int]:
+    """What the screen did for one kernel's rows: how many it timed and stopped, how many of those
+    were SLOW x the best or worse, and how many that slow still got the full judgement (the best
+    being the kernel's best kept-or-start latency of the run before the row)."""
+    from autokernel.screening import SLOW
+
+    out = {"screened": 0, "screened_out": 0, "stopped_slow": 0, "judged_slow": 0}
+    best: dict[Any, float] = {}
+    for r in group:
+        v = r.values
+        if r.screen_us is not None:
+            out["screened"] += 1
+            if v["status"] == "screened":
+                out["screened_out"] += 1
+                out["stopped_slow"] += bool(r.screen_best_us) and r.screen_us >= SLOW * r.screen_best_us
+        b = best.get(v["run"])
+        if v["status"] not in ("screened", "baseline") and v["latency_us"] and b and v["latency_us"] >= SLOW * b:
+            out["judged_slow"] += 1
+        if v["status"] in ACHIEVED and v["latency_us"] and (b is None or v["latency_us"] < b):
+            best[v["run"]] = v["latency_us"]
     return out
 
 
@@ -228,15 +260,16 @@ def format_md(rows: list[ReportRow], llm: Optional[list[LLMUsage]] = None) -> st
         lines += [f"Run{'s' if len(runs) > 1 else ''}: {', '.join(str(r) for r in runs)}", ""]
     lines += [
         "| kernel | type | backend | share | experiments | kept | failed | best vs eager | best vs compile "
-        "| best latency (us) | baseline (us) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| best latency (us) | baseline (us) | screened out |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         share = f"{100 * s.share:.1f}%" if s.share else "–"
         best_lat = "–" if s.best_latency_us is None else _num(s.best_latency_us)
         base_lat = "–" if s.baseline_latency_us is None else _num(s.baseline_latency_us)
         lines.append(f"| {_md_cell(s.kernel)} | {s.kernel_type} | {s.backend} | {share} | {s.experiments} | {s.kept} "
-                     f"| {s.failed} | {_x(s.best_vs_eager)} | {_x(s.best_vs_compile)} | {best_lat} | {base_lat} |")
+                     f"| {s.failed} | {_x(s.best_vs_eager)} | {_x(s.best_vs_compile)} | {best_lat} | {base_lat} "
+                     f"| {f'{s.screened_out}/{s.screened}' if s.screened else '–'} |")
     total = sum(s.experiments for s in summaries)
     starts = sum(s.starting_points for s in summaries)
     kept = sum(s.kept for s in summaries)
@@ -250,7 +283,44 @@ def format_md(rows: list[ReportRow], llm: Optional[list[LLMUsage]] = None) -> st
     if model is not None:
         overall += f"; estimated model speed-up (Amdahl, from profile shares) {_x(model)}"
     lines += ["", overall + ".", ""]
+    lines += screening_md(summaries) + history_md(rows)
     return "\n".join(lines) + llm_md(llm)
+
+
+def screening_md(summaries: list[KernelSummary]) -> list[str]:
+    from autokernel.screening import SLOW
+
+    timed = sum(s.screened for s in summaries)
+    if not timed:
+        return []
+    out_ = sum(s.screened_out for s in summaries)
+    return [f"Screening: {out_} of {timed} screened candidates stopped before the full judgement, "
+            f"{sum(s.stopped_slow for s in summaries)} of them {SLOW:g}x the best's time or slower; "
+            f"fully judged at {SLOW:g}x the best or slower: {sum(s.judged_slow for s in summaries)}.", ""]
+
+
+def history_md(rows: list[ReportRow]) -> list[str]:
+    """Per kernel: its start and every keep, with the wall time into its run, the latency, the
+    speed-up over eager where timed, and what changed."""
+    lines = ["## History of each kernel", ""]
+    groups: dict[str, list[ReportRow]] = {}
+    for r in rows:
+        groups.setdefault(r.kernel, []).append(r)
+    for name, group in groups.items():
+        tried = sum(not r.starting_point for r in group)
+        lines += [f"### {_md_cell(name)} ({tried} experiments)", "", "| # | run | minutes in | status | latency (us) "
+                  "| vs eager | description |", "|---:|---:|---:|---|---:|---:|---|"]
+        spent: dict[Any, float] = {}
+        for r in rows:  # minutes into the run, counted over every kernel's rows of that run
+            run = r.values["run"]
+            spent[run] = spent.get(run, 0.0) + float(r.duration_s or 0.0)
+            if r.kernel == name and r.values["status"] in ACHIEVED:
+                v = r.values
+                lines.append(f"| {v['experiment']} | {run} | {spent[run] / 60:.1f} | {v['status']} "
+                             f"| {_num(v['latency_us'])} | {_x(v['speedup_vs_pytorch'])} "
+                             f"| {_md_cell(str(v['description'] or ''))[:120]} |")
+        lines.append("")
+    return lines
 
 
 def llm_md(usage: Optional[list[LLMUsage]]) -> str:
@@ -312,102 +382,6 @@ def workloads_md(verify: dict[str, Any]) -> str:
             lines.append(f"| {w['workload']} | {bw[1]:.3f} ms ({bw[0]}) | {bk[1]:.3f} ms ({bk[0]}) "
                          f"| **{bw[1] / bk[1]:.3f}x** |")
     return "\n".join(lines) + "\n"
-
-
-# -- the progress plot ------------------------------------------------------------------------
-
-
-@dataclass
-class Plotted:
-    """What plot_progress drew, for the CLI to say."""
-
-    path: Path
-    basis: str  # "eager": speed-up over eager PyTorch | "start": over each kernel's start | "none"
-    points: int  # experiments drawn
-    note: str  # one line on what the y axis is (or why nothing is drawn)
-
-
-START_NOTE = ("speed-up over each kernel's starting kernel: these experiments have no eager timing "
-              "(CPU timings under the Triton interpreter), so they are compared with their start")
-
-
-def _speedups(rows: list[ReportRow]) -> tuple[str, dict[int, float]]:
-    """(basis, row index -> speed-up) for the plot: over eager where measured (a GPU run), else over
-    the kernel's starting point (what a CPU run measures), else nothing."""
-    eager = {i: r.values["speedup_vs_pytorch"] for i, r in enumerate(rows)
-             if r.values["speedup_vs_pytorch"] is not None}
-    if eager:
-        return "eager", eager
-    start: dict[str, float] = {}
-    for r in rows:
-        if r.values["status"] == "baseline" and r.values["latency_us"] and r.kernel not in start:
-            start[r.kernel] = r.values["latency_us"]
-    vs_start = {i: start[r.kernel] / r.values["latency_us"] for i, r in enumerate(rows)
-                if r.kernel in start and r.values["latency_us"]}
-    return ("start", vs_start) if vs_start else ("none", {})
-
-
-def plot_progress(rows: list[ReportRow], path: str | Path, title: str = "AutoKernel progress") -> Plotted:
-    """Speed-up over experiment number, one colour per kernel: kept experiments marked, the others
-    faint, and each kernel's running best as a step line. Written as PNG. The speed-up is over eager
-    PyTorch where the experiments timed it, else over each kernel's start (a CPU run), and the axis
-    says which; with no timings at all the picture says why it is empty."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    basis, speedup = _speedups(rows)
-    several_runs = len({r.values["run"] for r in rows}) > 1
-    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
-    try:
-        groups: dict[str, list[tuple[int, int, ReportRow]]] = {}
-        for i, row in enumerate(rows):
-            x = i + 1 if several_runs else (row.values["experiment"] or i + 1)
-            groups.setdefault(row.kernel, []).append((x, i, row))
-        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for idx, (name, pts) in enumerate(groups.items()):
-            colour = colours[idx % len(colours)]
-            measured = [(x, speedup[i], r) for x, i, r in pts if i in speedup]
-            faint = [(x, y) for x, y, r in measured if r.values["status"] not in ACHIEVED]
-            kept = [(x, y) for x, y, r in measured if r.values["status"] in ACHIEVED]
-            if faint:
-                ax.scatter(*zip(*faint), s=14, color=colour, alpha=0.25, linewidths=0)
-            if kept:
-                ax.scatter(*zip(*kept), s=46, color=colour, edgecolors="black", linewidths=0.7, zorder=3,
-                           label=f"{name} (kept)")
-                # running best: the branch head's speed-up after each experiment
-                xs, ys, best = [], [], None
-                for x, y, r in measured:
-                    if r.values["status"] in ACHIEVED and (best is None or y > best):
-                        best = y
-                    if best is not None:
-                        xs.append(x)
-                        ys.append(best)
-                ax.step(xs, ys, where="post", color=colour, linewidth=1.6, alpha=0.9)
-        if not rows:
-            note = "no experiments yet"
-        elif basis == "none":
-            note = "nothing to plot: no experiment has a timing (every one failed or was not timed)"
-        else:
-            note = "speed-up vs eager PyTorch" if basis == "eager" else START_NOTE
-        if basis == "none":
-            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, wrap=True)
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel("experiment (all runs, in order)" if several_runs else "experiment")
-        ax.set_ylabel("speed-up vs its starting kernel (CPU timings)" if basis == "start"
-                      else "speed-up vs eager PyTorch")
-        ax.set_title(title if basis != "start" else f"{title}: CPU timings, not GPU speed")
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best", fontsize=8)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
-    finally:
-        plt.close(fig)
-    return Plotted(path=path, basis=basis, points=len(speedup), note=note)
 
 
 def latest_workloads_md(store, run_id: Optional[int] = None) -> str:

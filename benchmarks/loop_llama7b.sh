@@ -63,6 +63,7 @@ fi
 run_id="$("$PY" -c "import json;print(json.load(open('$OUT/loop.json'))['run_id'])")"
 ak verify --run "$run_id" --json | tee "$OUT/verify.json" || true
 ak report --run "$run_id" --format tsv --output "$OUT/results.tsv" || true
+ak report --run "$run_id" --format md --output "$OUT/report.md" --plot "$OUT/progress.png" || true
 
 "$PY" - "$OUT/loop.json" "$OUT/verify.json" benchmarks/RESULTS.md <<'PY'
 import datetime as dt
@@ -78,15 +79,20 @@ hours = loop["elapsed_s"] / 3600 if loop["elapsed_s"] else 0
 lines = [f"\n## autokernel loop, llama-7b, search agent ({dt.date.today()}, run {loop['run_id']})\n",
          f"{loop['experiments']} experiments ({loop['kept']} kept) in {loop['elapsed_s'] / 60:.1f} min: "
          f"{loop['experiments'] / hours if hours else 0:.0f} experiments/hour, median "
-         f"{loop['median_experiment_s'] or 0:.1f} s per experiment; stopped: {loop['stop_reason']}.\n",
-         "| kernel | share | baseline us | best us | x starter | x eager | % roofline | experiments | kept |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         f"{loop['median_experiment_s'] or 0:.1f} s per experiment; stopped: {loop['stop_reason']}.",
+         f"Screen: {loop.get('screened_out', 0)} of {loop.get('screened', 0)} screened candidates stopped before "
+         f"the full judgement, median {loop.get('median_screen_s') or 0:.2f} s each (the report counts those "
+         f"3x slower than the best).\n",
+         "| kernel | share | baseline us | best us | x starter | x eager | x library | % roofline | experiments "
+         "| kept | screened out |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 fmt = lambda v, f=".2f": "-" if v is None else format(v, f)
 for k in loop["kernels"]:
     vs_eager = k["speedup"] if k["speedup"] != k["speedup_vs_baseline"] else None
     lines.append(f"| {k['name']} | {100 * k['share']:.1f}% | {fmt(k['baseline_us'])} | {fmt(k['best_us'])} | "
-                 f"{k['speedup_vs_baseline']:.3f} | {fmt(vs_eager)} | {fmt(k['pct_peak'], '.1f')} | "
-                 f"{k['attempts']} | {k['kept']} |")
+                 f"{k['speedup_vs_baseline']:.3f} | {fmt(vs_eager)} | {fmt(k.get('vs_library'))} | "
+                 f"{fmt(k['pct_peak'], '.1f')} | {k['attempts']} | {k['kept']} | "
+                 f"{k.get('screened_out', 0)}/{k.get('screened', 0)} |")
 lines.append(f"\nAmdahl prediction from the kernels: {loop['predicted_speedup']:.3f}x.")
 if "error" in ver:
     lines.append(f"Verify: {ver['error']}")

@@ -226,3 +226,40 @@ def test_json_output_is_still_json(home, run_cli):
     """The unbounded width changes nothing in --json output."""
     code, out, _ = run_cli("kb", "list", "--source", "sample", "--json")
     assert code == 0 and json.loads(out)["problems"]
+
+
+def test_the_live_view_shows_the_library_the_screen_and_why(home):
+    """Issue 18: per kernel its best against the library, experiments, keeps and the screen's count;
+    above the table the screening rate and why the current kernel was chosen."""
+    from rich.console import Console
+
+    from autokernel.cli.loop import Display
+    from autokernel.loop import LoopEvent
+    from autokernel.orchestrator import Orchestrator
+    from autokernel.store import Store
+
+    store = Store(home.db)
+    run = store.create_run("loop", model="m")
+    k = store.add_kernel("m.rmsnorm", "rmsnorm", model="m", share=0.1)
+    per = [{"shape": {"rows": 2048, "cols": 4096}, "weight": 64, "latency_us": 8.0, "eager_us": 12.0, "compile_us": 10.0}]
+    common = dict(run_id=run.id, kernel_id=k.id, kernel_type="rmsnorm", duration_s=1.0)
+    store.add_experiment(**common, proposer="baseline", status="baseline", latency_us=512.0, speedup_vs_eager=1.5,
+                         details_json=json.dumps(per))
+    store.add_experiment(**common, proposer="search", status="screened", screen_us=30.0, screen_best_us=8.0)
+    store.add_experiment(**common, proposer="search", status="reverted", screen_us=8.5, screen_best_us=8.0,
+                         latency_us=530.0)
+    orch = Orchestrator.from_store(store, run.id, [k])
+    snap = orch.snapshot()
+    snap.update(run_id=run.id, experiments=2, duplicates=1)
+    snap["kernels"][0]["rejected"] = 3
+    display = Display(live=False)
+    display(LoopEvent("state", "", snap))
+    orch.pick()
+    display(LoopEvent("schedule", orch.reason))
+    console = Console(width=200, record=True)
+    console.print(display.render())
+    text = console.export_text()
+    assert "screen: 1 of 2 candidates stopped (50%), 3 invalid before compiling, 1 repeats skipped" in text
+    assert "why: m.rmsnorm (1.25x the library, 10% of the model)" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("│ m.rmsnorm") or "m.rmsnorm  " in line)
+    assert "1.25" in row and "1/2 +3 invalid" in row

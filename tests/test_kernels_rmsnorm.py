@@ -81,7 +81,9 @@ def test_rms_norm_dim_matches_the_written_out_reference(triton_mod, monkeypatch,
 
 
 test_triton_strided_views = K.strided_views_test()
-test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=4096))
+# SCHEDULE persistent: 4 programs (the interpreter's "SMs" x 1) walk 5 tiles of 8 rows at 33x100
+test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=4096)
+                                     + [{"SCHEDULE": "persistent", "PROGRAMS_PER_SM": 1, "TILE_ELEMS": 1024}])
 test_cuda_source_compiles = K.cuda_compile_test(other={"BLOCK_SIZE": 1024, "VEC_BYTES": 4, "SMEM_BYTES": 0})
 
 # ---------------------------------------------------------------- GPU: both backends, every default shape and dtype

@@ -51,7 +51,9 @@ def test_triton_long_rows_masked(triton_mod):
 
 
 test_triton_strided_views = K.strided_views_test()
-test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=8192))
+# SCHEDULE persistent: 4 programs (the interpreter's "SMs" x 1) walk 5 tiles of 8 rows at 33x100
+test_triton_configs = K.configs_test(row_kernel_configs(max_fused_cols=8192)
+                                     + [{"SCHEDULE": "persistent", "PROGRAMS_PER_SM": 1, "TILE_ELEMS": 1024}])
 # The other end of the search space compiles too (scalar loads in every dtype).
 test_cuda_source_compiles = K.cuda_compile_test(other={"BLOCK_SIZE": 128, "VEC_BYTES": 4})
 
@@ -91,29 +93,34 @@ def compile_sm90(modname, fname, sig, consts, warps, div16):
             "spill": spill, "regs": regs[0] if regs else None, "ok": r.returncode == 0}
 
 S = "autokernel.kernels.starters."
-row = {"sxr": "i32", "sxc": "constexpr", "syr": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr", "LOG": "constexpr"}
 out = {}
 for dt in ("bf16", "fp32"):
-    sig = {"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", **row}
+    sig = {"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", "sxr": "i32", "sxc": "constexpr",
+           "syr": "i32", "tiles": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr", "LOG": "constexpr",
+           "PERSISTENT": "constexpr"}
     div = ["x_ptr", "y_ptr", "cols", "sxr", "syr"]
-    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768, "LOG": False}, 32, div)
-    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False}, 8, div)
+    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768, "LOG": False, "PERSISTENT": False}, 32, div)
+    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": False}, 8, div)
+    out[f"softmax_2048_persistent_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": True}, 8, div)
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32",
            "eps": "fp32", "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "sb": "constexpr", "syr": "i32",
            "ROWS": "constexpr", "BLOCK_N": "constexpr", "SHIFTED": "constexpr", "EVEN": "constexpr"}
     out[f"layernorm_4096_{dt}"] = compile_sm90(S + "layernorm", "_layernorm_fused", sig,
         {"sxc": 1, "sw": 1, "sb": 1, "ROWS": 1, "BLOCK_N": 4096, "SHIFTED": False, "EVEN": True}, 16, ["x_ptr", "w_ptr", "b_ptr", "y_ptr", "cols", "sxr", "syr"])
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", "eps": "fp32",
-           "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "syr": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr"}
-    out[f"rmsnorm_4096_{dt}"] = compile_sm90(S + "rmsnorm", "_rmsnorm_fused", sig,
-        {"sxc": 1, "sw": 1, "ROWS": 1, "BLOCK_N": 4096}, 16, ["x_ptr", "w_ptr", "y_ptr", "cols", "sxr", "syr"])
+           "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "syr": "i32", "tiles": "i32", "ROWS": "constexpr",
+           "BLOCK_N": "constexpr", "PERSISTENT": "constexpr"}
+    for persistent in (False, True):
+        out[f"rmsnorm_4096_{dt}" + ("_persistent" if persistent else "")] = compile_sm90(S + "rmsnorm", "_rmsnorm_fused", sig,
+            {"sxc": 1, "sw": 1, "ROWS": 1, "BLOCK_N": 4096, "PERSISTENT": persistent}, 16, ["x_ptr", "w_ptr", "y_ptr", "cols", "sxr", "syr"])
 print(json.dumps(out))
 '''
 
 
 @pytest.mark.slow
 def test_triton_starters_compile_for_sm90_vectorized_without_spills():
-    """Without a GPU: the softmax/layernorm/rmsnorm starters' LLaMA-shape configurations compile
+    """Without a GPU: the softmax/layernorm/rmsnorm starters' LLaMA-shape configurations (and the
+    persistent schedule of softmax and rmsnorm) compile
     for sm_90 (the H200) with 16-byte loads and stores and no register spills, which is what
     the bandwidth targets rest on. Runs in a subprocess: the interpreter is off there."""
     import json
@@ -127,7 +134,7 @@ def test_triton_starters_compile_for_sm90_vectorized_without_spills():
     proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 8
+    assert len(results) == 12  # 8 + the persistent schedules of softmax and rmsnorm in both dtypes
     for name, r in results.items():
         assert r["ok"] and r["spill"] == 0, (name, r)
         assert r["v4_ld"] >= 1 and r["v4_st"] >= 1, (name, r)

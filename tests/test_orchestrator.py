@@ -95,3 +95,70 @@ def test_state_and_time_rebuilt_from_the_store_match(store):
     assert orch.total_time_s() == pytest.approx(9.0)
     # the abandoned row counts the median duration (3 s): its own end time is unknown
     assert run_elapsed_s(store, run.id) == pytest.approx(9.0 + 3.0)
+
+
+def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, mode="compile"):
+    """A row as a GPU run writes it: per-shape timings, the library's eager and compile times."""
+    import json
+
+    per = [{"shape": s, "weight": w, "dtype": "bfloat16", "latency_us": latency * w0, "wall_us": latency * w0,
+            "eager_us": library_us * w0 * 1.1, "eager_wall_us": library_us * w0 * 1.1,
+            "compile_us": library_us * w0} for s, w, w0 in shapes]
+    lat = sum(r["weight"] * r["latency_us"] for r in per)
+    eager = sum(r["weight"] * r["eager_us"] for r in per)
+    return store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, status=status,
+                                latency_us=lat, latency_iqr_us=0.01 * lat, duration_s=duration,
+                                speedup_vs_eager=eager / lat, details_json=json.dumps(per),
+                                proposer="baseline" if status == "baseline" else "search")
+
+
+def test_chooses_by_realized_model_gain_not_by_share(store):
+    """Issue 18: a kernel behind the library saves the model nothing, whatever its share; one that
+    beats torch.compile's op at the model's shapes is worth an experiment first."""
+    run = store.create_run("loop", model="m")
+    small, big = _kernels(store, [("rmsnorm", 0.05), ("fused_mlp", 0.6)])
+    shapes = [({"rows": 2048, "cols": 4096}, 64, 1.0)]
+    _gpu_row(store, run, small, "baseline", 80.0, 100.0, shapes)  # 1.25x compile's op
+    _gpu_row(store, run, big, "baseline", 115.0, 100.0, shapes)  # 0.87x compile's op
+    orch = Orchestrator.from_store(store, run.id, [small, big])
+    s, b = orch.states[small.id], orch.states[big.id]
+    assert orch.value(b).realized == 0.0 and orch.value(b).expected == 0.0
+    assert orch.value(s).realized == pytest.approx(0.05 * 20 / 110)  # share x saved / eager op time
+    assert orch.pick().kernel_id == small.id
+    assert "1.25x the library" in orch.reason
+    # the model's predicted speed-up counts only what crosses: the big kernel adds nothing
+    assert orch.predicted_speedup() == pytest.approx(1 / (1 - 0.05 * 20 / 110))
+    # the small kernel plateaus: the loop does not move to a kernel worth nothing, it revisits
+    for _ in range(orch.plateau_after):
+        orch.record(_gpu_row(store, run, small, "reverted", 85.0, 100.0, shapes))
+    assert orch.pick().kernel_id == small.id and "revisited" in orch.reason and s.revisits == 1
+    # in eager mode the library's time is eager's (1.1x compile's here): the big kernel is 0.96x,
+    # one keep from crossing, so its next experiment is worth more than the small one's
+    eager = Orchestrator.from_store(store, run.id, [small, big], target_mode="eager")
+    v = eager.value(eager.states[big.id])
+    assert v.realized == 0.0 and v.vs_library == pytest.approx(110 / 115)
+    assert v.expected == pytest.approx(0.5 * 0.6 * (110 - 0.9 * 115) / 110)
+    assert eager.pick().kernel_id == big.id
+
+
+def test_invests_behind_the_library_only_when_its_own_trend_crosses(store):
+    run = store.create_run("loop", model="m")
+    small, big = _kernels(store, [("rmsnorm", 0.05), ("fused_mlp", 0.6)])
+    shapes = [({"rows": 2048, "cols": 4096}, 64, 1.0)]
+    _gpu_row(store, run, small, "baseline", 95.0, 100.0, shapes)
+    _gpu_row(store, run, big, "baseline", 140.0, 100.0, shapes)  # 0.71x
+    orch = Orchestrator.from_store(store, run.id, [small, big])
+    assert not orch.value(orch.states[big.id]).invest  # no history of its own: no trend
+    assert orch.pick().kernel_id == small.id
+    # two keeps in a row, 10% each: 140 -> 113 us, still behind (one more keep would not cross), but
+    # its trend crosses in a few experiments
+    for lat in (126.0, 113.4):
+        orch.record(_gpu_row(store, run, big, "kept", lat, 100.0, shapes))
+    v = orch.value(orch.states[big.id])
+    assert v.realized == 0.0 and v.invest and v.crosses_in <= 3
+    assert orch.pick().kernel_id == big.id and "investing" in orch.reason
+    # its trend breaks: failures lower the learned probability until it is no longer worth it
+    for _ in range(12):
+        orch.record(_gpu_row(store, run, big, "screened", 150.0, 100.0, shapes, duration=0.5))
+    assert not orch.value(orch.states[big.id]).invest
+    assert orch.pick().kernel_id == small.id

@@ -96,13 +96,39 @@ def test_markdown_summary(filled, run_cli):
     assert code == 0
     rms = next(line for line in out.splitlines() if line.startswith("| llama.rmsnorm"))
     cells = [c.strip() for c in rms.strip("|").split("|")]
-    # kernel, type, backend, share, experiments, kept, failed, vs eager, vs compile, best latency, baseline
-    assert cells == ["llama.rmsnorm", "rmsnorm", "triton", "10.0%", "4", "1", "1", "1.25x", "1.00x", "80", "100"]
+    # kernel, type, backend, share, experiments, kept, failed, vs eager, vs compile, best latency, baseline,
+    # screened out (none screened here)
+    assert cells == ["llama.rmsnorm", "rmsnorm", "triton", "10.0%", "4", "1", "1", "1.25x", "1.00x", "80", "100", "–"]
+    # each kernel's history: its start and its keeps, in order
+    history = out[out.index("## History of each kernel"):]
+    rms_history = history[history.index("### llama.rmsnorm (4 experiments)"):history.index("### llama.softmax")]
+    assert [line.split("|")[4].strip() for line in rms_history.splitlines() if line.startswith("| ")][1:] == \
+        ["baseline", "kept"]
     sm = next(line for line in out.splitlines() if line.startswith("| llama.softmax"))
     assert "2.00x" in sm and "1.50x" in sm
     assert "| reduce |" in out  # an experiment without a kernel row is grouped by its type
     # 1 / (1 - (0.10 * (1 - 1/1.25) + 0.05 * (1 - 1/2))) = 1 / 0.955
     assert "7 experiments on 3 kernels, 2 kept" in out and "(Amdahl, from profile shares) 1.05x" in out
+
+
+def test_screening_is_counted(home):
+    """The report says how many candidates the screen stopped, how many of those were 3x slower than
+    the best or worse, and how many that slow still got the full judgement."""
+    with Store(home.db) as store:
+        run = store.create_run("loop", model="m")
+        k = store.add_kernel("m.rmsnorm", "rmsnorm", model="m", share=0.2)
+        common = dict(run_id=run.id, kernel_id=k.id, kernel_type="rmsnorm")
+        store.add_experiment(**common, proposer="baseline", status="baseline", latency_us=100.0, duration_s=30.0)
+        for screen_us, status in ((400.0, "screened"), (130.0, "screened"), (310.0, "screened"), (90.0, "kept")):
+            store.add_experiment(**common, proposer="search", status=status, screen_us=screen_us, screen_best_us=100.0,
+                                 latency_us=screen_us if status == "kept" else None, duration_s=1.0)
+        store.add_experiment(**common, proposer="search", status="reverted", latency_us=300.0, duration_s=20.0)
+        md = format_md(build_rows(store, run.id))
+    (s,) = summarize(build_rows(Store(home.db), run.id))
+    assert (s.screened, s.screened_out, s.stopped_slow, s.judged_slow) == (4, 3, 2, 1)
+    assert "Screening: 3 of 4 screened candidates stopped before the full judgement, 2 of them 3x the best's time " \
+           "or slower; fully judged at 3x the best or slower: 1." in md
+    assert "| 3/4 |" in md
 
 
 def test_summary_and_amdahl_values(filled):
@@ -201,7 +227,7 @@ def _cpu_run(db: Path) -> int:
 
 
 def test_a_cpu_run_is_plotted_against_each_kernels_start(home, run_cli, tmp_path):
-    from autokernel.report import plot_progress
+    from autokernel.report_plot import plot_progress
 
     run_id = _cpu_run(home.db)
     with Store(home.db) as store:
@@ -238,3 +264,22 @@ def test_the_report_counts_experiments_as_the_loop_does(home):
     assert "5 experiments (+2 starting points) on 2 kernels, 2 kept" in md
     rms = next(line for line in md.splitlines() if line.startswith("| llama-tiny.rmsnorm"))
     assert [c.strip() for c in rms.strip("|").split("|")][4:6] == ["3", "2"]
+
+
+def test_the_plot_runs_over_wall_time(home, tmp_path):
+    """--plot: x is the wall time the run spent when each experiment finished (durations added up)."""
+    from autokernel.report_plot import plot_progress, wall_minutes
+
+    with Store(home.db) as store:
+        run = store.create_run("loop", model="m")
+        k = store.add_kernel("m.softmax", "softmax", model="m", share=0.3)
+        common = dict(run_id=run.id, kernel_id=k.id, kernel_type="softmax")
+        for status, lat, dur in (("baseline", 100.0, 60.0), ("screened", None, 1.5), ("kept", 80.0, 58.5),
+                                 ("reverted", 90.0, 120.0)):
+            store.add_experiment(**common, proposer="baseline" if status == "baseline" else "search", status=status,
+                                 latency_us=lat, duration_s=dur)
+        rows = build_rows(store, run.id)
+    timed, xs = wall_minutes(rows)
+    assert timed and xs == [1.0, 1.025, 2.0, 4.0]
+    drawn = plot_progress(rows, tmp_path / "wall.png")
+    assert (drawn.basis, drawn.points) == ("start", 3) and (tmp_path / "wall.png").stat().st_size > 10_000

@@ -214,6 +214,29 @@ class BenchWorker:
         failure of the candidate is an outcome of the returned result. `gpu_compile`: on a machine
         without CUDA, a Triton kernel that passes the stages must also compile for sm_90."""
         t0 = time.monotonic()
+        kf = self._parsed(kernel, source, kernel_type)
+        if isinstance(kf, BenchResult):
+            kf.duration_s = time.monotonic() - t0
+            return kf
+        source = kf.source
+        payload = {"op": "judge", "source": source, "path": str(kernel) if kernel else None,
+                   "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
+                   "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
+                   "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings,
+                   "gpu_compile": gpu_compile}
+        reply = self.request(payload, timeout_s + GRACE_S)
+        res = self.reply_result(reply, kf.kernel_type, kf.backend)
+        if "result" not in reply:
+            res.extra["config"] = kf.config
+            if reply.get("died") and self._proc is None:
+                res.extra["worker_exit"] = "worker died"
+        res.duration_s = time.monotonic() - t0
+        return res
+
+    @staticmethod
+    def _parsed(kernel, source: str | None, kernel_type: str | None):
+        """The kernel file parsed, or the result of a static failure (a syntax error or a missing
+        kernel_fn needs no child: it is a compile error)."""
         if source is None:
             if kernel is None:
                 raise BenchError("bench needs a kernel file or its source")
@@ -226,22 +249,28 @@ class BenchWorker:
         try:
             kf = parse_source(source, Path(kernel) if kernel else None)
         except KernelFileError as exc:
-            # Static failures need no child: a syntax error or a missing kernel_fn is a compile error.
-            return BenchResult(kernel_type=kernel_type or "", backend="", outcome=COMPILE_ERROR,
-                               error=exc.one_line(), duration_s=time.monotonic() - t0)
+            return BenchResult(kernel_type=kernel_type or "", backend="", outcome=COMPILE_ERROR, error=exc.one_line())
         if kernel_type and kf.kernel_type != kernel_type:
             raise BenchError(f"the kernel file says KERNEL_TYPE = {kf.kernel_type!r}, not {kernel_type!r}")
-        payload = {"op": "judge", "source": source, "path": str(kernel) if kernel else None,
-                   "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
-                   "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
-                   "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings,
-                   "gpu_compile": gpu_compile}
-        reply = self.request(payload, timeout_s + GRACE_S)
-        res = self.reply_result(reply, kf.kernel_type, kf.backend)
-        if "result" not in reply:
-            res.extra["config"] = kf.config
-            if reply.get("died") and self._proc is None:
-                res.extra["worker_exit"] = "worker died"
+        return kf
+
+    def screen(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
+               shapes: list[dict] | None = None, dtype: str | None = None, timeout_s: float = 120,
+               **_judge_only) -> BenchResult:
+        """The cheap screen (bench/screen.py): a smoke check, a check at shapes[0] (the kernel's
+        heaviest model shape) and a short timing there. Same calling convention as judge (options
+        only the judgement has are ignored), so the CPU timing wrapper serves both. Never raises
+        for a bad kernel."""
+        t0 = time.monotonic()
+        kf = self._parsed(kernel, source, kernel_type)
+        if isinstance(kf, BenchResult):
+            kf.duration_s = time.monotonic() - t0
+            return kf
+        payload = {"op": "screen", "source": kf.source, "path": str(kernel) if kernel else None,
+                   "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config, "shapes": shapes,
+                   "dtype": dtype, "timeout_s": timeout_s}
+        res = self.reply_result(self.request(payload, timeout_s + GRACE_S), kf.kernel_type, kf.backend)
+        res.extra["screen"] = True
         res.duration_s = time.monotonic() - t0
         return res
 

@@ -62,6 +62,12 @@ def _judge(req: dict, send) -> dict:
     return judge.judge_request(req, notify=send)
 
 
+def _screen(req: dict, send) -> dict:
+    from autokernel.bench import screen
+
+    return screen.screen_request(req, notify=send)
+
+
 def _calibrate(req: dict, send) -> dict:
     from autokernel.bench import judge
     from autokernel.bench.ceilings import measure_ceilings
@@ -70,7 +76,7 @@ def _calibrate(req: dict, send) -> dict:
 
 
 def main() -> int:
-    return serve({"judge": _judge, "calibrate": _calibrate})
+    return serve({"judge": _judge, "screen": _screen, "calibrate": _calibrate})
 
 
 if __name__ == "__main__":

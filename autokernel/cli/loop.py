@@ -31,17 +31,26 @@ def _fmt_s(s: float | None) -> str:
 
 
 def kernels_table(kernels: list[dict[str, Any]], title: str = "") -> Table:
+    """Per kernel: its share, its best against its start and against the library the model would
+    otherwise run (torch.compile's op or eager's, per --target-mode; '-' where no library timing
+    exists, e.g. CPU timings), experiments, keeps, and the screen: candidates it stopped of those
+    it timed, and configurations rejected before compiling (invalid for the device)."""
     t = Table(title=title or None)
     for col, just in (("kernel", "left"), ("share", "right"), ("baseline us", "right"), ("best us", "right"),
-                      ("x baseline", "right"), ("x eager", "right"), ("% roofline", "right"), ("exps", "right"),
-                      ("kept", "right"), ("time", "right"), ("state", "left")):
+                      ("x baseline", "right"), ("x library", "right"), ("% roofline", "right"), ("exps", "right"),
+                      ("kept", "right"), ("screened out", "right"), ("time", "right"), ("state", "left")):
         t.add_column(col, justify=just)
     for k in kernels:
         state = "exhausted" if k["exhausted"] else ("plateau" if k["plateaued"] else "active")
-        vs_eager = k["speedup"] if k["speedup"] != k["speedup_vs_baseline"] else None
+        if k.get("invest") and not k["exhausted"]:
+            state = "investing"
+        screened = k.get("screened") or 0
+        screen = f"{k.get('screened_out', 0)}/{screened}" if screened else "-"
+        if k.get("rejected"):
+            screen += f" +{k['rejected']} invalid"
         t.add_row(k["name"], f"{100 * k['share']:.1f}%", _num(k["baseline_us"]), _num(k["best_us"]),
-                  f"{k['speedup_vs_baseline']:.3f}", _num(vs_eager, ".2f"), _num(k["pct_peak"], ".1f"),
-                  str(k["attempts"]), str(k["kept"]), _fmt_s(k["time_s"]), state)
+                  f"{k['speedup_vs_baseline']:.3f}", _num(k.get("vs_library"), ".2f"), _num(k["pct_peak"], ".1f"),
+                  str(k["attempts"]), str(k["kept"]), screen, _fmt_s(k["time_s"]), state)
     return t
 
 
@@ -56,6 +65,7 @@ class Display:
         self.state: dict[str, Any] = {}
         self.current = ""
         self.last = ""
+        self.why = ""  # the orchestrator's reason for the kernel it works on
         self.log: list[str] = []
         self.live = Live(self.render(), console=out, refresh_per_second=4, transient=False) if live else None
 
@@ -65,9 +75,17 @@ class Display:
         head.append(f"run {s.get('run_id', '?')}  ", style="bold")
         head.append(f"experiments {s.get('experiments', 0)}"
                     + (f"/{s['max_experiments']}" if s.get("max_experiments") else "") + "  ")
-        head.append(f"predicted model speed-up {s.get('predicted_speedup', 1.0):.3f}x  ", style="green")
+        mode = s.get("target_mode", "compile")
+        head.append(f"predicted model speed-up {s.get('predicted_speedup', 1.0):.3f}x ({mode})  ", style="green")
         head.append(f"time left {_fmt_s(s.get('time_left_s'))}")
-        parts = [head, Text(f"now: {self.current}"), Text(f"last: {self.last}")]
+        ks = s.get("kernels") or []
+        timed, out_ = sum(k.get("screened") or 0 for k in ks), sum(k.get("screened_out") or 0 for k in ks)
+        screen = Text(f"screen: {out_} of {timed} candidates stopped"
+                      + (f" ({100 * out_ / timed:.0f}%)" if timed else "")
+                      + f", {sum(k.get('rejected') or 0 for k in ks)} invalid before compiling, "
+                        f"{s.get('duplicates', 0)} repeats skipped", style="dim")
+        parts = [head, screen, Text(f"why: {self.why}", style="dim"), Text(f"now: {self.current}"),
+                 Text(f"last: {self.last}")]
         if s.get("kernels"):
             parts.append(kernels_table(s["kernels"]))
         parts += [Text(line, style="dim") for line in self.log[-4:]]
@@ -82,11 +100,13 @@ class Display:
         elif event.kind == "done":
             self.last = message
             self.current = ""
+        elif event.kind == "schedule":
+            self.why = message
         else:
             self.log.append(message)
         if self.live is not None:
             self.live.update(self.render())
-        elif event.kind != "state":
+        elif event.kind not in ("state", "duplicate"):
             out.print(f"[{time.strftime('%H:%M:%S')}] {message}", highlight=False, markup=False)
 
 
@@ -113,6 +133,8 @@ def register(app: typer.Typer) -> None:
         max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
         llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens of --llm-model (or $AUTOKERNEL_LLM_PRICES)."),
         timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
+        target_mode: Optional[str] = typer.Option(None, "--target-mode", help="How the model runs, so what a kernel must beat: compile (torch.compile's op, GPU time; default) or eager (eager's op, host time included)."),
+        screen_margin: Optional[float] = typer.Option(None, "--screen-margin", help="A candidate screened at the heaviest shape goes on to the full judgement within this factor of the best (default 1.2)."),
         no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
     ) -> None:
@@ -136,7 +158,8 @@ def register(app: typer.Typer) -> None:
                                    seq=seq, dtype=dtype, top=top,
                                    llm=LLMSettings(llm_model, provider, candidates, temperature, max_llm_calls,
                                                    max_cost, llm_price),
-                                   timeout_s=timeout_s, verify=not no_verify,
+                                   timeout_s=timeout_s, verify=not no_verify, target_mode=target_mode,
+                                   margin=screen_margin,
                                    on_event=tee(None if as_json else display, log))
             finally:
                 if display.live is not None:

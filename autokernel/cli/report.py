@@ -27,8 +27,8 @@ def report_command(
 ) -> None:
     """Report every experiment: results.tsv columns, or CSV / JSON / a Markdown summary."""
     from autokernel.errors import ConfigError, NotFoundError
-    from autokernel.report import (build_llm_usage, build_rows, format_report, latest_workloads_md, missing_run,
-                                   plot_progress)
+    from autokernel.report import build_llm_usage, build_rows, format_report, latest_workloads_md, missing_run
+    from autokernel.report_plot import plot_progress
 
     paths = ctx.obj
     extra = ""

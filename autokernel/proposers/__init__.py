@@ -4,8 +4,10 @@ offline; `llm` asks a model over HTTP. Both implement base.Proposer."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Optional
 
+from autokernel.config import Paths
 from autokernel.errors import ConfigError
 from autokernel.proposers.base import KernelContext, Proposal, Proposer, SearchExhausted
 
@@ -41,17 +43,23 @@ class LLMSettings:
 
 def make_proposer(agent: str, *, llm: Optional[LLMSettings] = None, **options) -> Proposer:
     """Build the proposer named by --agent, its whole configuration checked (the llm's endpoint,
-    key, model, price and limits) before the caller does any other work. `options`: store,
-    run_id (the llm's); seed, spread (the search's)."""
+    key, model, price and limits) before the caller does any other work. `options`: store (both:
+    the search keeps its study beside it), run_id (the llm's); seed, startup (the search's)."""
     if agent == "search":
         from autokernel.proposers.search import SearchProposer
 
-        return SearchProposer(**{k: v for k, v in options.items() if k in ("seed", "spread")})
+        store = options.get("store")
+        # the study lives next to the store, under the home (Paths.studies)
+        path = Paths(Path(store.path).parent).studies if store is not None else None
+        return SearchProposer(study_path=path, **{k: v for k, v in options.items() if k in ("seed", "startup")})
     if agent == "llm":
         from autokernel.proposers.llm import LLMProposer
 
-        opts = {k: v for k, v in options.items() if k not in ("seed", "spread")}
-        return LLMProposer(**(llm or LLMSettings()).proposer_options(), **opts)
+        opts = {k: v for k, v in options.items() if k not in ("seed", "startup")}
+        kw = (llm or LLMSettings()).proposer_options()
+        # an option given here (runs.check_common's provider and model) wins over an unset setting
+        kw.update({k: v for k, v in opts.items() if v is not None or k not in kw})
+        return LLMProposer(**kw)
     raise ConfigError(f"unknown agent {agent!r}; use one of {', '.join(AGENTS)}")
 
 

@@ -80,7 +80,8 @@ class Experiment(SQLModel, table=True):
     proposer: str = "manual"  # baseline | search | llm | manual
     description: str = ""
     config_json: str = "{}"  # the tunables' values of this candidate
-    status: str = "running"  # running | kept | reverted | incorrect | crashed | timeout | abandoned | baseline
+    # running | kept | reverted | screened (stopped by the screen) | incorrect | crashed | timeout | abandoned | baseline
+    status: str = "running"
     stage_smoke: Optional[str] = None  # pass | fail | skip
     stage_shapes: Optional[str] = None
     stage_stability: Optional[str] = None
@@ -107,6 +108,11 @@ class Experiment(SQLModel, table=True):
     wall_us: Optional[float] = None
     details_json: Optional[str] = None  # per-shape timings: [{shape, dtype, latency_us, eager_us, ...}]
     llm_call_id: Optional[int] = None  # the llm_calls row whose answer this candidate is
+    # sha256 of the effective configuration and the rest of the source (kernelfile.candidate_key):
+    # a key judged once is never judged again for the kernel
+    candidate_key: Optional[str] = Field(default=None, index=True)
+    screen_us: Optional[float] = None  # short timing at the kernel's heaviest model shape (the screen)
+    screen_best_us: Optional[float] = None  # the best version's time at that shape, when it was screened
 
 
 class Dispatch(SQLModel, table=True):

@@ -55,6 +55,8 @@ SEARCH_SPACE = {
     "STATS": ["two_pass", "shifted"],
 }
 
+STRUCTURAL = ["STATS"]  # one reduction of (sum d, sum d^2), or two passes
+
 DETERMINISTIC = True  # fixed reduction tree
 
 

@@ -108,6 +108,9 @@ SEARCH_SPACE = {
     "PAD_UNALIGNED": ["pad", "as_is"],
 }
 
+# the tunables that switch code paths rather than sizes (the search names them in its descriptions)
+STRUCTURAL = ["VARIANT", "SPLIT_K", "FP32_PRECISION", "FP32_B_LAYOUT", "PAD_UNALIGNED"]
+
 DETERMINISTIC = True  # each output tile is reduced in a fixed K order (split-K partials summed in order)
 
 SMEM_LIMIT = 227 * 1024  # H100/H200 opt-in shared memory per block
@@ -128,6 +131,16 @@ def valid_config(cfg):
     # accumulator gets half the budget
     fp32_acc_regs = cfg["FP32_BLOCK_M"] * cfg["FP32_BLOCK_N"] // (32 * cfg["FP32_NUM_WARPS"])
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and acc_regs <= 256 and fp32_acc_regs <= 128
+
+
+def effective_config(cfg, dtype):
+    # fp32 inputs run the FP32_* tiles, 16-bit inputs the others (TMA is 16-bit only): the search
+    # does not spend trials on tunables the kernel's dtype never reads
+    if dtype == "float32":
+        unused = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "VARIANT"]
+    else:
+        unused = [k for k in cfg if k.startswith("FP32_")]
+    return {k: v for k, v in cfg.items() if k not in unused}
 
 
 @triton.jit

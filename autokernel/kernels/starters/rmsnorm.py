@@ -4,10 +4,14 @@ y = weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype): the mean of squares in fp
 normalised value rounded to x's dtype, then multiplied by the weight and rounded again, which is
 bit for bit the order of LlamaRMSNorm. Rows up to MAX_FUSED_COLS are held in registers (one
 read, one write); short rows are packed several to a program (tiles of at least TILE_ELEMS) and
-the warp count follows the tile size. Longer rows loop over LOOP_BLOCK chunks (a pass for the
-sum of squares, one to write). Any row and column strides; the output is contiguous.
+the warp count follows the tile size. SCHEDULE (structural): "one_tile" launches a program per
+tile; "persistent" launches PROGRAMS_PER_SM programs per SM that walk the tiles (fewer launches
+of programs, the weight row reused from cache). Longer rows loop over LOOP_BLOCK chunks (a pass
+for the sum of squares, one to write). Any row and column strides; the output is contiguous.
 rms_norm_dim is the weightless form over any one dim (KernelBench's RMSNorm over channels).
 """
+
+import functools
 
 import torch
 import triton
@@ -34,8 +38,12 @@ LOOP_WARPS = 8
 COL_INNER = 128
 COL_TILE = 8192  # elements a program holds at once; a longer R is read twice (sums, then writes)
 COL_WARPS = 8
+SCHEDULE = "one_tile"  # fused path: one program per tile, or "persistent" programs walking the tiles
+PROGRAMS_PER_SM = 4
 
 SEARCH_SPACE = {
+    "SCHEDULE": ["one_tile", "persistent"],
+    "PROGRAMS_PER_SM": [1, 2, 4, 8],
     "MAX_FUSED_COLS": [4096, 8192, 16384, 32768],
     "ELEMS_PER_THREAD": [4, 8, 16, 32],
     "MAX_WARPS": [4, 8, 16, 32],
@@ -47,6 +55,8 @@ SEARCH_SPACE = {
     "COL_WARPS": [4, 8, 16],
 }
 
+STRUCTURAL = ["SCHEDULE"]
+
 DETERMINISTIC = True  # fixed reduction tree
 
 
@@ -54,10 +64,22 @@ def valid_config(cfg):
     return cfg["LOOP_BLOCK"] <= cfg["MAX_FUSED_COLS"]
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _programs(x, tiles):
+    """Programs of the persistent schedule: PROGRAMS_PER_SM per SM (4 "SMs" in the interpreter)."""
+    sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
+        if x.is_cuda else 4
+    return max(1, min(tiles, sms * PROGRAMS_PER_SM))
+
+
 @triton.jit
-def _rmsnorm_fused(x_ptr, w_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, syr,
-                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+def _rmsnorm_tile(x_ptr, w_ptr, y_ptr, tile, rows, cols, eps, sxr, sxc, sw, syr,
+                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     cmask = c < cols
     mask = (r < rows)[:, None] & cmask[None, :]
@@ -67,6 +89,16 @@ def _rmsnorm_fused(x_ptr, w_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, syr,
     h = (x * rstd[:, None]).to(y_ptr.dtype.element_ty).to(tl.float32)
     y = h * w.to(tl.float32)[None, :]
     tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_fused(x_ptr, w_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, syr, tiles,
+                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, PERSISTENT: tl.constexpr):
+    if PERSISTENT:
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _rmsnorm_tile(x_ptr, w_ptr, y_ptr, tile, rows, cols, eps, sxr, sxc, sw, syr, ROWS, BLOCK_N)
+    else:
+        _rmsnorm_tile(x_ptr, w_ptr, y_ptr, tl.program_id(0), rows, cols, eps, sxr, sxc, sw, syr, ROWS, BLOCK_N)
 
 
 @triton.jit
@@ -157,8 +189,11 @@ def kernel_fn(x, weight, eps):
         block_n = max(next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        launch(_rmsnorm_fused, (cdiv(rows, rows_per),),
-            x, weight, y, rows, cols, float(eps), *args, ROWS=rows_per, BLOCK_N=block_n, num_warps=warps)
+        tiles = cdiv(rows, rows_per)
+        persistent = SCHEDULE == "persistent"
+        launch(_rmsnorm_fused, (_programs(x, tiles) if persistent else tiles,),
+            x, weight, y, rows, cols, float(eps), *args, tiles, ROWS=rows_per, BLOCK_N=block_n,
+            PERSISTENT=persistent, num_warps=warps)
     else:
         launch(_rmsnorm_looped, (rows,), x, weight, y, cols, float(eps), *args, BLOCK=LOOP_BLOCK, num_warps=LOOP_WARPS)
     return y

@@ -3,13 +3,17 @@
 Rows up to MAX_FUSED_COLS long are held in registers: one read and one write per element, the
 DRAM minimum. Short rows are packed several to a program (a tile of at least TILE_ELEMS
 elements) so each program moves enough bytes to hide latency; the warp count follows the tile
-size (about ELEMS_PER_THREAD fp32 values per thread). Longer rows take a two-pass path: an
+size (about ELEMS_PER_THREAD fp32 values per thread); SCHEDULE (structural) launches a program per
+tile ("one_tile") or PROGRAMS_PER_SM programs per SM that walk the tiles ("persistent"). Longer
+rows take a two-pass path: an
 element-wise online (max, sum of exp) over LOOP_BLOCK chunks, then a second read (mostly from
 L2) that writes exp(x - max) / sum. Masked lanes load -inf, which contributes exp(-inf) = 0;
 a running max of -inf is replaced by 0 before subtracting so that -inf - -inf never makes a NaN.
 Any row and column strides; the output is contiguous. kernel_fn(x, log=True) is log_softmax,
 written as x - max - log(sum) (a log of the rounded probability would lose the small ones).
 """
+
+import functools
 
 import torch
 import triton
@@ -32,8 +36,12 @@ MAX_WARPS = 32
 TILE_ELEMS = 4096  # minimum elements per program for short rows (rows are packed)
 LOOP_BLOCK = 4096  # chunk of the long-row path
 LOOP_WARPS = 16
+SCHEDULE = "one_tile"  # fused path: one program per tile, or "persistent" programs walking the tiles
+PROGRAMS_PER_SM = 4
 
 SEARCH_SPACE = {
+    "SCHEDULE": ["one_tile", "persistent"],
+    "PROGRAMS_PER_SM": [1, 2, 4, 8],
     "MAX_FUSED_COLS": [8192, 16384, 32768, 65536],
     "ELEMS_PER_THREAD": [4, 8, 16, 32, 64],
     "MAX_WARPS": [8, 16, 32],
@@ -41,6 +49,8 @@ SEARCH_SPACE = {
     "LOOP_BLOCK": [1024, 2048, 4096, 8192],
     "LOOP_WARPS": [4, 8, 16, 32],
 }
+
+STRUCTURAL = ["SCHEDULE"]
 
 DETERMINISTIC = True  # fixed reduction tree
 
@@ -50,10 +60,22 @@ def valid_config(cfg):
     return cfg["LOOP_BLOCK"] <= cfg["MAX_FUSED_COLS"]
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _programs(x, tiles):
+    """Programs of the persistent schedule: PROGRAMS_PER_SM per SM (4 "SMs" in the interpreter)."""
+    sms = _sm_count(x.device.index if x.device.index is not None else torch.cuda.current_device()) \
+        if x.is_cuda else 4
+    return max(1, min(tiles, sms * PROGRAMS_PER_SM))
+
+
 @triton.jit
-def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr,
-                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr = False):
-    r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+def _softmax_tile(x_ptr, y_ptr, tile, rows, cols, sxr, sxc, syr,
+                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr):
+    r = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     mask = (r < rows)[:, None] & (c < cols)[None, :]
     x = tl.load(x_ptr + r[:, None] * sxr + c[None, :] * sxc, mask=mask, other=-float("inf")).to(tl.float32)
@@ -66,6 +88,17 @@ def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr,
     else:
         y = e / s[:, None]
     tl.store(y_ptr + r[:, None] * syr + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_fused(x_ptr, y_ptr, rows, cols, sxr, sxc, syr, tiles,
+                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr = False,
+                   PERSISTENT: tl.constexpr = False):
+    if PERSISTENT:
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            _softmax_tile(x_ptr, y_ptr, tile, rows, cols, sxr, sxc, syr, ROWS, BLOCK_N, LOG)
+    else:
+        _softmax_tile(x_ptr, y_ptr, tl.program_id(0), rows, cols, sxr, sxc, syr, ROWS, BLOCK_N, LOG)
 
 
 @triton.jit
@@ -108,9 +141,11 @@ def kernel_fn(x, log=False):
         block_n = max(next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
         warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
-        launch(_softmax_fused, (cdiv(rows, rows_per),),
-            x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0),
-            ROWS=rows_per, BLOCK_N=block_n, LOG=log, num_warps=warps)
+        tiles = cdiv(rows, rows_per)
+        persistent = SCHEDULE == "persistent"
+        launch(_softmax_fused, (_programs(x, tiles) if persistent else tiles,),
+            x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0), tiles,
+            ROWS=rows_per, BLOCK_N=block_n, LOG=log, PERSISTENT=persistent, num_warps=warps)
     else:
         launch(_softmax_looped, (rows,), x, y, cols, x.stride(0), x.stride(1), y.stride(0),
                                  BLOCK=LOOP_BLOCK, LOG=log, num_warps=LOOP_WARPS)

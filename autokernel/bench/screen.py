@@ -1,0 +1,111 @@
+"""Inside the worker: the cheap screen of one candidate, before any full judgement (issue 18).
+
+A candidate the search proposes is most often slower than the kernel's best; the five stages and
+the full timing (every model shape, eager and torch.compile beside it) cost seconds to tens of
+seconds each. The screen costs one import, one smoke check at a small shape, one check at the
+kernel's heaviest model shape (the one where the model spends the most time in the op) and a short
+timing there: SCREEN_REPS repetitions at least, SCREEN_TIME_S of them at most, with the same
+timing function (L2 flushed, host kept ahead) as the full judgement, so the caller compares it
+with the best version's full timing at the same shape. No baselines, no anti-cheat: whatever
+passes the screen still goes through the whole judgement before it can be kept.
+
+Without a GPU no time is taken (the caller's CPU timing wrapper adds one, as for the judgement).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from autokernel.bench import judge
+from autokernel.bench.checks import CheckFailure, make_inputs
+from autokernel.bench.result import CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
+from autokernel.bench.stages import StageContext, smoke
+from autokernel.errors import KernelFileError
+from autokernel.kernels import get_spec
+from autokernel.kernels.spec import dtype_name, to_dtype
+
+SCREEN_REPS = 10
+SCREEN_TIME_S = 0.05
+SCREEN_MAX_REPS = 200
+
+
+def screen_request(req: dict, notify=None) -> dict:
+    """{"result": BenchResult} of the screen (latency_us at req["shapes"][0]), or {"bench_error"}."""
+    try:
+        spec = get_spec(req["kernel_type"])
+    except KeyError as exc:
+        return {"bench_error": str(exc)}
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    dt = dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+    shapes = req.get("shapes") or [spec.small_shapes[0]]
+    shape = {k: int(shapes[0][k]) for k in spec.shape_keys}
+    timeout_s = float(req.get("timeout_s") or 120)
+    res = BenchResult(kernel_type=spec.name, backend=req["backend"], dtype=dt, shape=shape,
+                      device=judge.environment()["name"], gpu_timing=False)
+    res.extra.update(screen=True, config=req.get("config") or {}, shapes=[shape], weights=[1.0],
+                     interpreted=not cuda)
+    old = signal.signal(signal.SIGALRM, judge._alarm)
+    stage = "load"
+    restart = False
+    try:
+        from autokernel.kernelfile import entry_point, import_kernel, parse_source
+
+        judge._arm(max(0.5, 0.5 * timeout_s))
+        kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
+        mod = import_kernel(kf)
+        fn = entry_point(mod)
+        ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
+                           deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__)
+        stage = "smoke"
+        judge._arm(max(0.5, 0.8 * timeout_s))
+        try:
+            verdict = smoke(ctx)
+            ctx.check(shape, dt)
+            verdict.detail += f"; {spec.shape_label(shape)} (the heaviest model shape)"
+        except CheckFailure as exc:
+            res.stages.append(StageVerdict("smoke", "fail", str(exc)))
+            res.outcome, res.error = INCORRECT, f"screen: {exc}"
+            return {"result": res.to_dict(), "restart": False}
+        res.stages.append(verdict)
+        if cuda:
+            stage = "timing"
+            from autokernel.bench import timing
+
+            args = make_inputs(spec, shape, to_dtype(dt), device, int(time.time() * 1e3) % 100_003)
+            t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
+                                 max_reps=SCREEN_MAX_REPS)
+            wall = timing.wall_call(fn, args, min_time_s=SCREEN_TIME_S / 5, max_reps=SCREEN_MAX_REPS)
+            res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
+            res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
+                                       "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
+        judge._disarm()
+        res.outcome = CORRECT
+    except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
+        judge._disarm()
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        outcome, restart = judge.classify(exc)
+        res.outcome = CRASHED if outcome == CORRECT else outcome
+        if isinstance(exc, KernelFileError):
+            res.error = exc.one_line()
+        elif outcome == TIMEOUT:
+            res.error = f"screen {stage}: exceeded its time limit"
+        else:
+            res.error = f"screen {stage}: " + "".join(traceback.format_exception(exc))[-3000:]
+        if stage != "load":
+            res.stages.append(StageVerdict("smoke", "error", judge.exception_detail(exc, outcome)))
+    finally:
+        judge._disarm()
+        signal.signal(signal.SIGALRM, old)
+        if cuda:
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                restart = True
+    return {"result": res.to_dict(), "restart": restart}

@@ -1,0 +1,151 @@
+"""The search's model of a kernel's space: an Optuna study (TPE), kept in SQLite under the home.
+
+One study per kernel, dtype and declared space (its name carries a digest of the space, so a file
+that declares another space starts a new one). Every tunable that matters for the kernel's dtype
+(autokernel.declared.effective_names) is a parameter: an ordered numeric list as an integer index
+(TPE then sees that 64 lies between 32 and 128), anything else (variants, structural switches such
+as persistent or one tile per program) as a categorical. The objective, minimized, is
+log(time / the run's starting time) at the kernel's heaviest model shape, so full judgements and
+screened candidates (timed only there) land on one scale; a candidate that failed (incorrect,
+crashed, timed out) or that its file's valid_config or the device rejects is an infeasible trial
+(constraint > 0), which TPE ranks below every feasible one.
+
+The store's experiment rows are the truth; the study is rebuilt from them as needed: at every
+proposal, trials still running (the previous candidate, or one a killed process left) are told
+their experiment's verdict, or failed when it has none, and judged configurations the study lacks
+(older runs, another agent, a deleted studies file) are added. So `--resume` continues the same
+study after a kill -9, and nothing the store knows is lost to the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from autokernel import objective
+from autokernel.orchestrator import config_key
+from autokernel.proposers.base import history_config
+
+FAILED = ("incorrect", "crashed", "timeout")
+JUDGED = ("kept", "reverted", "screened", "baseline") + FAILED
+CONSTRAINT = "failed"  # the trial's constraint name: 1 infeasible, 0 feasible
+
+
+def optuna_module():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # library code: nothing printed
+    return optuna
+
+
+def ordered(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and values == sorted(values)
+
+
+def distributions(space: dict[str, list], names: Sequence[str]) -> dict[str, Any]:
+    optuna = optuna_module()
+    out = {}
+    for n in names:
+        values = space[n]
+        if ordered(values):
+            out[n] = optuna.distributions.IntDistribution(0, len(values) - 1)
+        else:
+            out[n] = optuna.distributions.CategoricalDistribution(values)
+    return out
+
+
+def decode(space: dict[str, list], params: dict[str, Any]) -> dict[str, Any]:
+    return {n: space[n][v] if ordered(space[n]) else v for n, v in params.items()}
+
+
+def encode(space: dict[str, list], cfg: dict[str, Any], names: Sequence[str]) -> Optional[dict[str, Any]]:
+    """The trial parameters of a configuration; None when a value is outside the declared space."""
+    out = {}
+    for n in names:
+        if n not in cfg or cfg[n] not in space[n]:
+            return None
+        out[n] = space[n].index(cfg[n]) if ordered(space[n]) else cfg[n]
+    return out
+
+
+def study_name(kernel: str, dtype: str, space: dict[str, list], names: Sequence[str]) -> str:
+    digest = hashlib.sha256(json.dumps([space, list(names)], sort_keys=True, default=str).encode()).hexdigest()
+    return f"{kernel}|{dtype}|{digest[:12]}"
+
+
+def open_study(name: str, path: Optional[Path], seed: int, startup: int):
+    """The study `name` in the SQLite file `path` (in memory without one), created when new."""
+    optuna = optuna_module()
+    storage = None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        storage = optuna.storages.RDBStorage(f"sqlite:///{path}",
+                                             engine_kwargs={"connect_args": {"timeout": 30}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True,
+                                             warn_independent_sampling=False)
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+                               load_if_exists=True)
+
+
+def row_value(exp, starts: dict[Optional[int], Any]) -> Optional[tuple[float, bool]]:
+    """(objective, feasible) of a judged row, scored against its own run's starting point; None
+    when nothing comparable was timed."""
+    if exp.status in FAILED:
+        return 0.0, False
+    start = starts.get(exp.run_id)
+    if start is None or not start.latency_us:
+        return None
+    base_rows = objective.per_shape(start.details_json)
+    heavy = objective.heaviest(base_rows)
+    if exp.status == "screened":
+        base = objective.time_at(base_rows, heavy.get("shape")) if heavy else None
+        t = exp.screen_us
+    else:
+        mine = objective.per_shape(exp.details_json)
+        t = objective.time_at(mine, heavy.get("shape")) if heavy else None
+        base = objective.time_at(base_rows, heavy.get("shape")) if heavy and t else None
+        if not (t and base):
+            t, base = exp.latency_us, start.latency_us
+    if not (t and base and t > 0 and base > 0):
+        return None
+    return math.log(t / base), True
+
+
+def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[str],
+         start_config: dict[str, Any]) -> None:
+    """Bring the study up to date with the store (see the module docstring)."""
+    optuna = optuna_module()
+    starts = {e.run_id: e for e in history if e.status == "baseline" and e.latency_us}
+    verdicts: dict[str, tuple[dict, Optional[tuple[float, bool]]]] = {}
+    for e in history:
+        if e.status in JUDGED:
+            cfg = {**start_config, **history_config(e)}
+            verdicts[config_key({n: cfg.get(n) for n in names})] = (cfg, row_value(e, starts))
+    dists = distributions(space, names)
+    known = set()
+    for t in study.get_trials(deepcopy=False):
+        key = t.user_attrs.get("key")
+        if t.state == optuna.trial.TrialState.RUNNING:
+            got = verdicts.get(key, (None, None))[1]
+            if got is None:
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+                continue
+            trial = optuna.trial.Trial(study, t._trial_id)
+            trial.set_constraint(CONSTRAINT, 0.0 if got[1] else 1.0)
+            study.tell(trial, got[0])
+            known.add(key)
+        elif t.state == optuna.trial.TrialState.COMPLETE:
+            known.add(key)
+    for key, (cfg, got) in verdicts.items():
+        params = encode(space, cfg, names)
+        if key in known or got is None or params is None:
+            continue
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dists, value=got[0], user_attrs={"key": key, "source": "store"},
+            constraints={CONSTRAINT: 0.0 if got[1] else 1.0}))

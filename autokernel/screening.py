@@ -1,0 +1,104 @@
+"""What a candidate goes through before the full judgement, and what it reuses (issue 18).
+
+1. Its identity: a candidate whose key (kernelfile.candidate_key: its effective configuration and
+   the rest of its source) was judged before for the kernel is not judged again; no row is made.
+2. The screen (bench/screen.py): a smoke check, a check at the kernel's heaviest model shape and a
+   short timing there, compared with the best version's time at that shape (from its full
+   timing). Only a candidate within `margin` of the best (1.2x by default) goes on to the five
+   stages and the full timing; the others get status "screened", with their screen time and the
+   best's time at the shape in the row (the report counts those that were 3x slower or more).
+3. The library's timings (eager and torch.compile per shape, and eager's host time) are measured
+   once per kernel and run, by the run's starting point, and copied into every later candidate's
+   result instead of being timed again: the bench is asked for the candidate alone.
+
+No torch here: the loop calls it between bench calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from autokernel import objective
+from autokernel.declared import effective, effective_names
+from autokernel.kernelfile import candidate_key, parse_source
+
+MARGIN = 1.2  # a screened candidate goes on when its time is within this factor of the best's
+SLOW = 3.0  # the report counts candidates at least this much slower than the best
+SCREEN_TIMEOUT_S = 120.0
+FLAG_SPEEDUP = 10.0  # as the bench: a speed-up over eager beyond this is for review
+JUDGED = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout", "baseline")
+
+
+def key_of(source: str, dtype: str) -> Optional[str]:
+    """The candidate's key, or None for a file that does not parse (the bench will say why)."""
+    try:
+        kf = parse_source(source)
+    except Exception:
+        return None
+    return candidate_key(source, effective(kf.config, effective_names(source, kf.config, dtype)))
+
+
+def judged_keys(history: list) -> set[str]:
+    """Keys of the kernel's candidates that got a verdict (any run)."""
+    return {e.candidate_key for e in history if getattr(e, "candidate_key", None) and e.status in JUDGED}
+
+
+@dataclass
+class Plan:
+    """Where a kernel's candidates are screened and what they are compared with."""
+
+    shape: dict
+    best_us: float  # the best version's time at `shape`
+
+
+def plan(start_shapes: list[dict], best_shapes: list[dict]) -> Optional[Plan]:
+    heavy = objective.heaviest(start_shapes)
+    if heavy is None or not isinstance(heavy.get("shape"), dict):
+        return None
+    best = objective.time_at(best_shapes, heavy["shape"])
+    return Plan(dict(heavy["shape"]), best) if best else None
+
+
+def stopped(res: Any, p: Plan, margin: float = MARGIN) -> bool:
+    """The screen stops a correct candidate slower than margin x the best at the heavy shape."""
+    return res.correct and res.latency_us is not None and res.latency_us > margin * p.best_us
+
+
+def screened_fields(res: Any, p: Plan) -> dict[str, Any]:
+    """The row of a candidate the screen stopped: its screen timing, not a model-level latency."""
+    fields = res.experiment_fields()
+    fields.update(status="screened", latency_us=None, latency_iqr_us=None, wall_us=None, details_json=None,
+                  speedup_vs_eager=None, speedup_vs_compile=None, tflops=None, gbps=None, pct_peak=None,
+                  correctness=None, error=f"screened out: {res.latency_us:.1f} us at "
+                                          f"{'x'.join(str(v) for v in p.shape.values())} against the best's "
+                                          f"{p.best_us:.1f} us ({res.latency_us / p.best_us:.2f}x)")
+    return fields
+
+
+def fill_library(res: Any, start_shapes: list[dict]) -> None:
+    """Copy the run's library timings (eager, compile, eager's host time per shape) into a result
+    the bench timed without them, and derive its totals and the 10x flag as the bench would."""
+    rows = (res.extra or {}).get("per_shape") or []
+    if not res.correct or not rows:
+        return
+    lib = {objective.shape_key(r.get("shape")): r for r in start_shapes}
+    eager = comp = lat = 0.0
+    have_eager = have_comp = True
+    for r in rows:
+        base = lib.get(objective.shape_key(r.get("shape")), {})
+        for k in ("eager_us", "compile_us", "eager_wall_us"):
+            if r.get(k) is None and base.get(k) is not None:
+                r[k] = base[k]
+        w = float(r.get("weight") or 1.0)
+        lat += w * r["latency_us"]
+        have_eager = have_eager and bool(r.get("eager_us"))
+        have_comp = have_comp and bool(r.get("compile_us"))
+        eager += w * (r.get("eager_us") or 0.0)
+        comp += w * (r.get("compile_us") or 0.0)
+    if res.eager_us is None and have_eager and lat > 0:
+        res.eager_us, res.speedup_vs_eager = eager, eager / lat
+        res.flagged = res.flagged or res.speedup_vs_eager > FLAG_SPEEDUP
+    if res.compile_us is None and have_comp and lat > 0:
+        res.compile_us, res.speedup_vs_compile = comp, comp / lat
+    res.extra["library_timings"] = "the run's starting point (timed once per kernel and shape)"

@@ -1,0 +1,112 @@
+"""Cheap screening on the CPU (Triton interpreter, real bench worker, real store and git): a slow
+candidate is stopped at the kernel's heaviest shape before the five stages, one within the margin
+goes on to the full judgement, a candidate judged before is never judged again, and the library's
+timings are measured once per run and reused."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from autokernel.bench.result import CORRECT, BenchResult
+from autokernel.kernelfile import parse_source, with_config
+from autokernel.proposers.base import Proposal, SearchExhausted
+from autokernel.screening import fill_library, key_of, plan, stopped
+
+from test_loop import TINY_REDUCE, add_tiny_kernel
+
+FAST = TINY_REDUCE.replace("DELAY_MS = 300", "DELAY_MS = 0")
+
+
+class Scripted:
+    """A proposer that proposes the given configurations in order (the screen is what is tested)."""
+
+    name = "scripted"
+    writes_source = False
+
+    def __init__(self, configs):
+        self.configs = list(configs)
+
+    def propose(self, source, spec, history, last_result=None, *, kernel=None):
+        if not self.configs:
+            raise SearchExhausted("script done")
+        cfg = {**parse_source(source).config, **self.configs.pop(0)}
+        return Proposal(source=with_config(source, cfg), description=f"scripted {cfg}", config=cfg)
+
+
+def test_the_screen_stops_a_slow_candidate_before_the_stages(home):
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home, FAST)
+    slow, same, again = {"DELAY_MS": 300}, {"BLOCK": 512}, {"DELAY_MS": 300}
+    events = []
+    t0 = time.monotonic()
+    summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120,
+                       proposer=Scripted([slow, same, again]), on_event=events.append)
+    rows = store.list_experiments(run_id=summary.run_id)
+    assert [e.status for e in rows][:1] == ["baseline"] and summary.stop_reason == "every kernel exhausted"
+    by = {json.loads(e.config_json)["DELAY_MS"]: e for e in rows[1:]}
+    stopped_row = by[300]
+    assert stopped_row.status == "screened"
+    # only the screen ran: its smoke, no other stage, no model-level latency
+    assert stopped_row.stage_smoke == "pass" and stopped_row.stage_shapes is None and stopped_row.latency_us is None
+    assert stopped_row.screen_us >= 3 * stopped_row.screen_best_us > 0  # 300 ms against a few ms
+    assert "screened out" in stopped_row.error
+    judged = by[0]  # as fast as the best: within the margin, so the whole judgement
+    assert judged.screen_us is not None and judged.stage_shapes == "pass" and judged.stage_edge == "pass"
+    assert judged.status in ("kept", "reverted") and judged.latency_us > 0
+    # the same configuration proposed again is never judged twice: no row, an event
+    assert len(rows) == 3 and sum(e.kind == "duplicate" for e in events) == 1
+    assert len({e.candidate_key for e in rows}) == 3 and all(e.candidate_key for e in rows)
+    assert summary.kernels[0]["screened"] == 2 and summary.kernels[0]["screened_out"] == 1
+    assert stopped_row.duration_s < judged.duration_s
+    assert time.monotonic() - t0 < 240
+
+
+def test_screen_plan_margin_and_keys():
+    start = [{"shape": {"rows": 8, "cols": 64}, "weight": 1, "latency_us": 10.0, "eager_us": 5.0},
+             {"shape": {"rows": 2048, "cols": 4096}, "weight": 2, "latency_us": 90.0, "eager_us": 100.0}]
+    best = [{"shape": {"rows": 2048, "cols": 4096}, "weight": 2, "latency_us": 80.0}]
+    p = plan(start, best)
+    assert p.shape == {"rows": 2048, "cols": 4096} and p.best_us == 80.0  # calls x time: the heaviest
+    ok = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=95.0)
+    slow = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=97.0)
+    assert not stopped(ok, p) and stopped(slow, p) and not stopped(slow, p, margin=1.25)
+    assert plan(start, []) is None  # nothing timed at that shape yet: no screen
+    # keys: tunables the dtype ignores do not make a new candidate; any other edit does
+    src = parse_source(FAST).source
+    assert key_of(src, "float32") == key_of(src, "fp32")
+    assert key_of(src, "float32") != key_of(with_config(src, {"BLOCK": 512}), "float32")
+    assert key_of(src, "float32") != key_of(src + "\n# an edit\n", "float32")
+
+
+def test_library_timings_are_copied_from_the_start():
+    """Once the run's start timed eager and torch.compile per shape, a candidate is timed alone and
+    gets them copied: its speed-ups are what the bench would have reported."""
+    start = [{"shape": {"rows": 4, "cols": 8}, "weight": 2.0, "latency_us": 12.0, "eager_us": 10.0,
+              "compile_us": 8.0, "eager_wall_us": 15.0}]
+    res = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=8.0,
+                      extra={"per_shape": [{"shape": {"rows": 4, "cols": 8}, "weight": 2.0, "latency_us": 4.0}]})
+    fill_library(res, start)
+    row = res.extra["per_shape"][0]
+    assert (row["eager_us"], row["compile_us"], row["eager_wall_us"]) == (10.0, 8.0, 15.0)
+    assert res.speedup_vs_eager == 2.5 and res.speedup_vs_compile == 2.0 and not res.flagged
+    fast = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=1.0,
+                       extra={"per_shape": [{"shape": {"rows": 4, "cols": 8}, "weight": 2.0, "latency_us": 0.5}]})
+    fill_library(fast, start)
+    assert fast.flagged  # 20x eager: for review, as the bench flags it
+
+
+def test_a_proposer_that_only_repeats_is_set_aside(home):
+    """A proposer that keeps proposing what was judged (an LLM answering with the same file) costs
+    no judgement, and after three such batches in a row the kernel is set aside."""
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home, FAST)
+    events = []
+    summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120,
+                       proposer=Scripted([{"BLOCK": 256}] * 10), on_event=events.append)
+    rows = store.list_experiments(run_id=summary.run_id)
+    assert [e.status for e in rows] == ["baseline"]  # the starting configuration, never judged again
+    assert sum(e.kind == "duplicate" for e in events) == 3
+    assert any(e.kind == "exhausted" and "judged before" in e.message for e in events)
