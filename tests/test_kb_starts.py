@@ -273,6 +273,12 @@ def test_shrink_keeps_residues_divisors_and_derived_sizes():
     assert ns["M"] % 32 == 8205 % 32 and ns["M"] % 2 == 1 and ns["K"] == 32
     assert ns["sizes"] == [32, 36] and ns["bias_shape"] == (ns["n_embd"], 1)
     assert set(changed) == {"batch_size", "n_embd", "M", "K", "sizes"}
+    # L1 100: (batch, 32768) predictions times (batch,) targets broadcast only while batch == 32768
+    hinge = "batch_size = 32768\ninput_shape = (32768,)\nsmall_batch = 16\n"
+    for tie, batch in ((False, 2), (True, 8)):
+        ns = {}
+        exec(shrink_code(hinge, 16, tie_batch=tie)[0], ns)
+        assert (ns["batch_size"], ns["input_shape"], ns["small_batch"]) == (batch, (8,), 2)
 
 
 REPRESENTATIVE = {  # official problems these files stand for: L1 33, 35, 11, 12; L3 33, 39, 43

@@ -6,7 +6,9 @@ change: every module-level name bound to an integer literal (or an expression of
 list / tuple of them: `layer_sizes = [16384, 16384]`) above `cap` becomes `cap/2 + v % (cap/2)`,
 so its residue modulo every power of two up to cap/2 stays (an odd size stays odd, a multiple of
 16 stays one, 8205 stays ragged) and small divisors stay divisors (768 heads of 8: 768 -> 32);
-names with "batch" in them drop to at most `batch`. Names bound to expressions of other names
+names with "batch" in them drop to at most `batch` (with `tie_batch`, a batch size equal to another
+size of the file shrinks as that one does: L1 100's (32768, 32768) predictions times 32768 targets
+broadcast only while the two are equal). Names bound to expressions of other names
 (`bias_shape = (out_channels, 1, 1)`, `out = in_channels * 2`) are left as they are and follow.
 Sizes written inside get_inputs() stay (the few 224x224 images of level 3).
 
@@ -57,14 +59,16 @@ def shrink_value(v: int, cap: int, batch: bool = False, smalls: frozenset = froz
     return new
 
 
-def shrink_code(code: str, cap: int, keep: frozenset = frozenset()) -> tuple[str, dict]:
+def shrink_code(code: str, cap: int, keep: frozenset = frozenset(), tie_batch: bool = False) -> tuple[str, dict]:
     """(the code with its module-level sizes shrunk, {name: (old, new)} of what changed); the
     names in `keep` stay as they are."""
     tree = ast.parse(code)
-    smalls = set()
+    smalls, sizes = set(), set()
     for node in tree.body:
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and "batch" not in t.id.lower()
                                                 for t in node.targets):
+            elts = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            sizes.update(v for v in map(_literal_int, elts) if v is not None and tie_batch)
             v = _literal_int(node.value)
             if v is not None and 1 < v <= 16:  # heads, groups: not channel counts (64 divides everything)
                 smalls.add(v)
@@ -85,7 +89,7 @@ def shrink_code(code: str, cap: int, keep: frozenset = frozenset()) -> tuple[str
             items = [_literal_int(e) for e in value.elts]
             if not items or any(i is None for i in items):
                 continue
-            new = [shrink_value(i, cap, is_batch, smalls) for i in items]
+            new = [shrink_value(i, cap, is_batch and i not in sizes, smalls) for i in items]
             if new == items:
                 continue
             text = repr(new) if isinstance(value, ast.List) else repr(tuple(new))
@@ -94,7 +98,7 @@ def shrink_code(code: str, cap: int, keep: frozenset = frozenset()) -> tuple[str
             old = _literal_int(value)
             if old is None:
                 continue
-            new = shrink_value(old, cap, is_batch, smalls)
+            new = shrink_value(old, cap, is_batch and old not in sizes, smalls)
             if new == old:
                 continue
             text = repr(new)
@@ -109,20 +113,21 @@ def shrink_code(code: str, cap: int, keep: frozenset = frozenset()) -> tuple[str
 
 
 def shrink_candidates(problem: Problem) -> Iterator[tuple[Problem, dict]]:
-    """Smaller instances of the problem, mildest last; then the smallest with one size left as it
-    is, for each size (a head dim that decides the kernel: L1 97's 1024); then the problem itself
-    ({} changed)."""
+    """Smaller instances of the problem, mildest last (each cap also with tied batch sizes, where
+    that differs); then the smallest with one size left as it is, for each size (a head dim that
+    decides the kernel: L1 97's 1024); then the problem itself ({} changed)."""
     seen = set()
 
     def make(code, tag):
         return Problem(problem.source, problem.level, problem.problem_id, problem.name, code, problem.path, size=tag)
 
     for cap in CAPS:
-        code, changed = shrink_code(problem.code, cap)
-        if not changed or code in seen:
-            continue
-        seen.add(code)
-        yield make(code, f"cap{cap}"), changed
+        for tie in (False, True):
+            code, changed = shrink_code(problem.code, cap, tie_batch=tie)
+            if not changed or code in seen:
+                continue
+            seen.add(code)
+            yield make(code, f"cap{cap}" + "-tied" * tie), changed
     _, smallest = shrink_code(problem.code, CAPS[0])
     for name in smallest:
         code, changed = shrink_code(problem.code, CAPS[0], keep=frozenset({name}))
