@@ -131,6 +131,32 @@ def test_causal_attention_written_out_runs_the_flash_kernel(home, mask, causal):
     assert list(cache.values()) == [causal]
 
 
+MHA = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = {module}
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x, y):
+        return {expr}
+'''
+
+
+@pytest.mark.parametrize("module, expr", [  # L3 31, a cross attention, L3 28 (pre-norm), L3 32 (post-norm)
+    ("nn.MultiheadAttention(32, 4)", "self.norm(self.m(x, x, x)[0] + x)"),
+    ("nn.MultiheadAttention(32, 4, bias=False, batch_first=True)", "self.m(x, y, y, need_weights=False)[0]"),
+    ("nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 48, dropout=0.0, activation='gelu', "
+     "norm_first=True), 2, norm=nn.LayerNorm(32), enable_nested_tensor=False)", "self.m(x) + y"),
+    ("nn.TransformerEncoderLayer(32, 4, 48, dropout=0.0, batch_first=True)", "self.m(x)"),
+])
+def test_pytorch_attention_modules_run_the_flash_kernel(home, module, expr):
+    p = problem(MHA.format(module=module, expr=expr), "[torch.randn(6, 3, 32), torch.randn(6, 3, 32)]")
+    sol, _, _ = run(p, trials=1)
+    assert sol.library == "matmul+flash_attention", sol.describe()
+    assert not {"MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "Linear"} & set(sol.kept)
+
+
 def test_untraceable_stateful_forward_is_traced_with_concrete_shapes(home):
     """L3 33 (VanillaRNN): a stateful forward that reassigns self.hidden; `B, T = x.shape` loops."""
     p = problem('''

@@ -9,6 +9,10 @@ import operator
 
 
 def rewrite(gm) -> None:
+    from autokernel.kb.mha_rewrites import rewrite_encoders, rewrite_mha
+
+    rewrite_encoders(gm)  # first: their layers' linears, norms and attentions are rewritten below
+    rewrite_mha(gm)
     einsum_as_matmul(gm)
     global_pool_as_mean(gm)
     split_linear_bias(gm)

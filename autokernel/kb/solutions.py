@@ -12,6 +12,7 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
   scaled_dot_product_attention -> flash_attention,
   attention written out op by op (attention_rewrites.py) -> flash_attention,
+  nn.MultiheadAttention and nn.TransformerEncoder(Layer) (mha_rewrites.py: projections + sdpa),
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
   per file, except flash attention next to matmul (a second starter, its names prefixed _fa_);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
