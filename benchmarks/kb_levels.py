@@ -6,8 +6,8 @@ Per problem, in order (levels, then ids):
 1. "start": `kb run -k 0` on it: the generated start judged as KernelBench times it (correctness on
    5 fresh inputs at fp32 1e-4, CUDA events, eager and torch.compile timed in the judge's process);
 2. "search": when the start is correct and `--search` says so (all | slower: its speed-up over
-   torch.compile is below --search-below | none), `kb run -k K` on it; the best kept row is the
-   after-search number (the start itself when nothing beat it).
+   torch.compile is below --search-below | none: left for a later call), `kb run -k K` on it; the
+   best kept row is the after-search number (the start itself when nothing beat it).
 State is a JSON file written before and after every phase, so a device call that ends mid-phase
 loses only that phase: the next call (same --state) goes on where it stopped; a phase started
 twice without finishing is recorded as a timeout and skipped. --deadline S stops starting phases
@@ -23,7 +23,9 @@ geomean vs eager and torch.compile after search, the per-problem table, and "wha
     python benchmarks/kb_levels.py --kb-path .kb/KernelBench --levels 1 2 3 -k 3 \\
         --state benchmarks/kb_levels_state.json --deadline 480 --out $OUT
 
-On a host with several GPUs, one process per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N --state
+--shard I/N also spreads a short call over all levels (every N-th problem: `--shard 0/5` is a fifth
+of each level); the other shards follow in later calls, each with its own --state. On a host with
+several GPUs, one process per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N --state
 benchmarks/kb_levels_state.I.json --results /tmp/r.I.md`, then `--write-only --merge
 benchmarks/kb_levels_state.*.json` writes the tables of all of them.
 """
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
 
     state_path, results = Path(args.state), Path(args.results)
     state = json.loads(state_path.read_text()) if state_path.exists() else {"problems": {}}
-    state["args"] = f"-k {args.experiments} on {args.search} problems" + \
+    state["args"] = "starts only" if args.search == "none" else f"-k {args.experiments} on {args.search} problems" + \
         (f" (below {args.search_below}x compile)" if args.search == "slower" else "")
     for other in args.merge or []:  # shards' states: each problem from the state that got furthest with it
         for key, e in json.loads(Path(other).read_text())["problems"].items():
@@ -227,6 +229,8 @@ def main(argv=None) -> int:
                 done = e.get(f"{name}_done")
                 if done:
                     continue
+                if name == "search" and args.search == "none":
+                    continue  # starts only: left open for a later call that searches
                 if name == "search" and not worth_searching(e.get("start"), args.search, args.search_below):
                     e["search_done"] = True
                     continue

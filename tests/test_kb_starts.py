@@ -408,10 +408,12 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     results.write_text("# Results\n\nearlier text\n")
     common = ["--kb-path", str(mini_checkout), "--levels", "1", "--problems", "3", "--state", str(state),
               "--results", str(results), "--home", str(tmp_path / "h"), "--search", "all", "-k", "1"]
-    assert runner.main(common + ["--max-phases", "1"]) == 0
+    assert runner.main(common + ["--search", "none"]) == 0  # starts only: the search is left for a later call
     entry = json.loads(state.read_text())["problems"]["L1.3"]
     assert entry["start_done"] and entry["start"]["correct"] and entry["kind"] == "library"
-    assert "search_done" not in entry
+    assert "search_done" not in entry and "search: starts only" in results.read_text()
+    assert runner.main(common + ["--max-phases", "0"]) == 0
+    assert "search_done" not in json.loads(state.read_text())["problems"]["L1.3"]
     data = json.loads(state.read_text())
     data["problems"]["L1.3"]["search_tries"] = 2  # as if two device calls had ended inside the search
     state.write_text(json.dumps(data))
