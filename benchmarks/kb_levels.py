@@ -184,14 +184,22 @@ def main(argv=None) -> int:
 
     state_path, results = Path(args.state), Path(args.results)
     state = json.loads(state_path.read_text()) if state_path.exists() else {"problems": {}}
-    state["args"] = "starts only" if args.search == "none" else f"-k {args.experiments} on {args.search} problems" + \
+    how = "starts only" if args.search == "none" else f"-k {args.experiments} on {args.search} problems" + \
         (f" (below {args.search_below}x compile)" if args.search == "slower" else "")
+    # the tables name how the numbers were made: this call's search, or (only writing) the merged states'
+    made = ([state["args"]] if state.get("args") else []) if args.write_only and args.merge else [how]
     for other in args.merge or []:  # shards' states: each problem from the state that got furthest with it
-        for key, e in json.loads(Path(other).read_text())["problems"].items():
+        if not Path(other).is_file():
+            print(f"--merge: no state file {other} (skipped)", flush=True)
+            continue
+        data = json.loads(Path(other).read_text())
+        made += [data["args"]] if data.get("args") and data["args"] not in made else []
+        for key, e in data["problems"].items():
             mine = state["problems"].get(key, {})
             if sum(bool(e.get(f)) for f in ("start_done", "search_done")) >= \
                     sum(bool(mine.get(f)) for f in ("start_done", "search_done")):
                 state["problems"][key] = e
+    state["args"] = "; ".join(made) or how
     ids = [int(i) for i in args.problems.split(",") if i] or None
     problems = [p for lv in args.levels for p in load_problems("checkout", args.kb_path, level=lv, ids=ids)]
     if args.shard:
@@ -234,7 +242,7 @@ def main(argv=None) -> int:
                 if name == "search" and not worth_searching(e.get("start"), args.search, args.search_below):
                     e["search_done"] = True
                     continue
-                if args.deadline and time.monotonic() - t0 > args.deadline \
+                if args.deadline is not None and time.monotonic() - t0 >= args.deadline \
                         or args.max_phases is not None and ran >= args.max_phases:
                     save()
                     print(f"stopped before {key} {name} (deadline or --max-phases)", flush=True)
@@ -248,7 +256,7 @@ def main(argv=None) -> int:
                 e[f"{name}_tries"] = tries + 1
                 save()
                 t = time.monotonic()
-                left_h = max(0.05, ((args.deadline or 3600.0) - (t - t0)) / 3600.0)
+                left_h = max(0.05, ((3600.0 if args.deadline is None else args.deadline) - (t - t0)) / 3600.0)
                 try:
                     res = phase(store, workspace, worker, p, args.kb_path, 0 if name == "start" else args.experiments,
                                 args.timeout, left_h)

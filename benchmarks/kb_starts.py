@@ -178,7 +178,7 @@ def main(argv=None) -> int:
                     key = f"L{lv}.{p.problem_id}"
                     if key in state and not args.redo:
                         continue
-                    if args.deadline and time.monotonic() - start > args.deadline:
+                    if args.deadline is not None and time.monotonic() - start >= args.deadline:
                         print("deadline reached", flush=True)
                         break
                     try:

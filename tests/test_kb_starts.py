@@ -429,9 +429,13 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     shard = {"problems": {"L1.1": {"level": 1, "id": 1, "name": "BatchNorm", "kind": "norm", "start_done": True,
                                    "search_done": True, "start": dict(entry["start"], speedup_vs_eager=1.5)}}}
     other.write_text(json.dumps(shard))
+    data = json.loads(state.read_text())  # a CPU timing: pinned below 1x so fast_1 counts the shard's alone
+    data["problems"]["L1.3"]["start"]["speedup_vs_eager"] = 0.5
+    state.write_text(json.dumps(data))
     assert runner.main(common + ["--write-only", "--merge", str(other)]) == 0
     text = results.read_text()
     assert "| 1 | 5 | 2 | 2/5 (40%) | 20% |" in text and "| 1 | BatchNorm | norm | yes | 1.50 |" in text
+    assert "search: -k 1 on all problems." in text  # how the merged numbers were made, not the defaults
 
 
 @pytest.mark.gpu
