@@ -240,6 +240,16 @@ def test_inplace_activation_on_an_intermediate_runs_out_of_place(home):
     assert "ReLU6" not in sol.kept and "Hardtanh" in sol.kept
 
 
+def test_tensor_made_from_a_number_in_forward_is_written_out(home):
+    """L2 31: torch.min(x, torch.tensor(self.c)) leaves the constant on the traced module only."""
+    p = problem("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.c = 0.25\n\n    def forward(self, x):\n"
+                "        return torch.min(x, torch.tensor(self.c)) * 2.0",
+                "[torch.randn(5, 8)]")
+    sol, _, _ = run(p, trials=1)
+    assert "torch.tensor(0.25, dtype=torch.float32)" in sol.source
+
+
 @pytest.mark.parametrize("fn, make", [("triu", "torch.triu"), ("tril", "torch.tril")])
 def test_triangular_matmul_takes_a_sixth_of_the_work_when_the_inputs_are_triangular(home, fn, make):
     """L1 14 / 15: triu(A @ B) of upper-triangular A, B; a non-triangular input takes the full K range."""

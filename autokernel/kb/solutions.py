@@ -239,6 +239,18 @@ class _Emitter(OpRules):
             return f"torch.device({str(a)!r})"
         raise Unsupported(f"cannot write the constant {a!r}")
 
+    def traced_constant(self, node) -> str | None:
+        """A tensor the forward made from Python numbers while traced (torch.tensor(self.c), L2 31) is
+        an attribute of the traced module only: written out as the same torch.tensor call."""
+        import torch
+
+        if not str(node.target).startswith("_tensor_constant"):
+            return None
+        t = getattr(self.gm, node.target)
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() > 64:
+            raise Unsupported(f"the tensor constant {node.target} made while tracing")
+        return f"torch.tensor({self.fmt(t.tolist())}, dtype={t.dtype})"
+
     def call(self, args, kwargs) -> str:
         parts = [self.fmt(a) for a in args] + [f"{k}={self.fmt(v)}" for k, v in kwargs.items()]
         return ", ".join(parts)
@@ -287,7 +299,7 @@ class _Emitter(OpRules):
             if node.op == "placeholder":
                 params.append(str(node.target) + (f"={self.fmt(node.args[0])}" if node.args else ""))
             elif node.op == "get_attr":
-                self.emit(node, f"_kb_getattr(self, {node.target!r})")
+                self.emit(node, self.traced_constant(node) or f"_kb_getattr(self, {node.target!r})")
             elif node.op == "output":
                 self.lines.append(f"        return {self.fmt(node.args[0])}")
             elif node in inner:
