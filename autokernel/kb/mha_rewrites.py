@@ -99,49 +99,51 @@ def _linear(g, x, w, b):
 
 
 def rewrite_mha(gm) -> bool:
-    """nn.MultiheadAttention calls our kernels can take (module docstring) -> projections and SDPA."""
+    """nn.MultiheadAttention calls our kernels can take (module docstring) -> projections and SDPA:
+    their output 0 is rebuilt, then the module calls nothing reads are dropped."""
     import torch.nn.functional as F
 
-    changed = False
-    g = gm.graph
-    for node in list(g.nodes):
-        mha = _mha(gm, node)
+    from autokernel.kb.fx_nodes import rewrite_nodes
+
+    def build(g, node):
+        if node.op != "call_function" or node.target is not operator.getitem or node.args[1] != 0:
+            return None
+        call = node.args[0]
+        mha = _mha(gm, call) if hasattr(call, "op") else None
         if mha is None:
-            continue
-        t, E, H = node.target, mha.embed_dim, mha.num_heads
-        q, k, v = node.args[:3]
-        with g.inserting_before(node):
-            w_in = g.get_attr(f"{t}.in_proj_weight")
-            b_in = g.get_attr(f"{t}.in_proj_bias") if mha.in_proj_bias is not None else None
-            if q is k is v:
-                qkv = _linear(g, q, w_in, b_in)
-                parts = [g.call_function(operator.getitem, (g.call_method("chunk", (qkv, 3, -1)), i))
-                         for i in range(3)]
-            else:
-                parts = []
-                for i, x in enumerate((q, k, v)):
-                    rows = slice(i * E, (i + 1) * E)
-                    parts.append(_linear(g, x, g.call_function(operator.getitem, (w_in, rows)),
-                                         None if b_in is None else g.call_function(operator.getitem, (b_in, rows))))
-            heads = []
-            for p in parts:  # (L, N, E) -> (N, H, L, D); batch_first (N, L, E) -> (N, H, L, D)
-                p = g.call_method("unflatten", (p, -1, (H, E // H)))
-                heads.append(g.call_method("transpose", (p, 1, 2)) if mha.batch_first
-                             else g.call_method("permute", (p, 1, 2, 0, 3)))
-            o = g.call_function(F.scaled_dot_product_attention, tuple(heads))
-            o = g.call_method("transpose", (o, 1, 2)) if mha.batch_first else g.call_method("permute", (o, 2, 0, 1, 3))
-            o = g.call_method("flatten", (o, 2))
-            b_out = g.get_attr(f"{t}.out_proj.bias") if mha.out_proj.bias is not None else None
-            out = _linear(g, o, g.get_attr(f"{t}.out_proj.weight"), b_out)
-        for user in list(node.users):
-            if user.args[1] == 0:
-                user.replace_all_uses_with(out)
-            g.erase_node(user)
-        g.erase_node(node)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
+            return None
+        t, E, H = call.target, mha.embed_dim, mha.num_heads
+        q, k, v = call.args[:3]
+        w_in = g.get_attr(f"{t}.in_proj_weight")
+        b_in = g.get_attr(f"{t}.in_proj_bias") if mha.in_proj_bias is not None else None
+        if q is k is v:
+            qkv = _linear(g, q, w_in, b_in)
+            parts = [g.call_function(operator.getitem, (g.call_method("chunk", (qkv, 3, -1)), i)) for i in range(3)]
+        else:
+            parts = []
+            for i, x in enumerate((q, k, v)):
+                rows = slice(i * E, (i + 1) * E)
+                parts.append(_linear(g, x, g.call_function(operator.getitem, (w_in, rows)),
+                                     None if b_in is None else g.call_function(operator.getitem, (b_in, rows))))
+        heads = []
+        for p in parts:  # (L, N, E) -> (N, H, L, D); batch_first (N, L, E) -> (N, H, L, D)
+            p = g.call_method("unflatten", (p, -1, (H, E // H)))
+            heads.append(g.call_method("transpose", (p, 1, 2)) if mha.batch_first
+                         else g.call_method("permute", (p, 1, 2, 0, 3)))
+        o = g.call_function(F.scaled_dot_product_attention, tuple(heads))
+        o = g.call_method("transpose", (o, 1, 2)) if mha.batch_first else g.call_method("permute", (o, 2, 0, 1, 3))
+        b_out = g.get_attr(f"{t}.out_proj.bias") if mha.out_proj.bias is not None else None
+        return _linear(g, g.call_method("flatten", (o, 2)), g.get_attr(f"{t}.out_proj.weight"), b_out)
+
+    if not rewrite_nodes(gm, build):
+        return False
+    for node in list(gm.graph.nodes):  # rewritten: only unread weights (output 1) are left
+        if _mha(gm, node) is not None and not any(u.users for u in node.users):
+            for user in list(node.users):
+                gm.graph.erase_node(user)
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return True
 
 
 def _mha(gm, node):
