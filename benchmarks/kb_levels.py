@@ -78,6 +78,23 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
             "kept": sum(1 for e in rows if e.status == "kept"), "stop": summary.stop_reason}
 
 
+def level_ids(spec: str, level: int) -> list[int] | None:
+    """The ids --problems picks in a level: None for all; "42" counts in every level, "L2.76" in
+    level 2 only ([] when the spec names only other levels)."""
+    tokens = [t.strip() for t in spec.split(",") if t.strip()]
+    if not tokens:
+        return None
+    ids = []
+    for t in tokens:
+        if t[:1] in "Ll":
+            lv, i = t[1:].split(".")
+            if int(lv) == level:
+                ids.append(int(i))
+        else:
+            ids.append(int(t))
+    return ids
+
+
 def worth_searching(start: dict | None, how: str, below: float) -> bool:
     if not start or not start["correct"] or how == "none":
         return False
@@ -164,7 +181,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kb-path", default=os.environ.get("KERNELBENCH_PATH"))
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--problems", default="", help="ids, comma-separated (default: all)")
+    ap.add_argument("--problems", default="",
+                    help="ids, comma-separated: 42 in every level, L2.76 in level 2 only (default: all)")
     ap.add_argument("-k", "--experiments", type=int, default=3, help="search experiments per problem searched")
     ap.add_argument("--search", choices=("all", "slower", "none"), default="slower")
     ap.add_argument("--search-below", type=float, default=1.5, help="'slower': searched below this x compile")
@@ -200,8 +218,12 @@ def main(argv=None) -> int:
                     sum(bool(mine.get(f)) for f in ("start_done", "search_done")):
                 state["problems"][key] = e
     state["args"] = "; ".join(made) or how
-    ids = [int(i) for i in args.problems.split(",") if i] or None
-    problems = [p for lv in args.levels for p in load_problems("checkout", args.kb_path, level=lv, ids=ids)]
+    try:
+        picks = {lv: level_ids(args.problems, lv) for lv in args.levels}
+    except ValueError:
+        ap.error(f"--problems: {args.problems!r} is not a list of ids (42) and level ids (L2.76)")
+    problems = [p for lv in args.levels if picks[lv] != []
+                for p in load_problems("checkout", args.kb_path, level=lv, ids=picks[lv])]
     if args.shard:
         i, n = (int(v) for v in args.shard.split("/"))
         problems = problems[i::n]

@@ -414,6 +414,8 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     """benchmarks/kb_levels.py: one phase per call, state kept, a phase that never finished twice is
     recorded, and RESULTS.md gets the tables between its markers (kept text around them stays)."""
     runner = _script("kb_levels")
+    assert [runner.level_ids("L1.42,L2.76,5", lv) for lv in (1, 2)] == [[42, 5], [76, 5]]
+    assert runner.level_ids("L1.42", 3) == [] and runner.level_ids("", 3) is None
     state, results = tmp_path / "state.json", tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nearlier text\n")
     common = ["--kb-path", str(mini_checkout), "--levels", "1", "--problems", "3", "--state", str(state),
