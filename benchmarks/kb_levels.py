@@ -62,9 +62,15 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
     """`kb run` on one problem with k experiments: its start's numbers and the best kept row's."""
     from autokernel.kb.runner import kb_run
 
+    failed = []  # what the run only says in its events: a problem or the proposer failing
+
+    def on_event(ev) -> None:
+        if ev.kind in ("problem_failed", "proposer_failed"):
+            failed.append(ev.message)
+
     summary = kb_run(store, workspace, level=problem.level, ids=[problem.problem_id], source="checkout",
-                     kb_path=kb_path, size="default",
-                     experiments_per_problem=k, hours=hours, agent="search", timeout_s=timeout_s, worker=worker)
+                     kb_path=kb_path, size="default", experiments_per_problem=k, hours=hours, agent="search",
+                     timeout_s=timeout_s, worker=worker, on_event=on_event)
     rows = [e for e in store.list_experiments(run_id=summary.run_id) if e.status != "abandoned"]
     base = next((e for e in rows if e.proposer == "baseline"), None)
     # after search: the fastest kept experiment; none kept, the start's own numbers stand (a second
@@ -75,7 +81,8 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
     return {"start": row_numbers(base) if base else None, "best": row_numbers(best) if best else None,
             "kind": meta.get("start"), "degenerate": meta.get("degenerate"),
             "experiments": sum(1 for e in rows if e.proposer != "baseline"),
-            "kept": sum(1 for e in rows if e.status == "kept"), "stop": summary.stop_reason}
+            "kept": sum(1 for e in rows if e.status == "kept"), "stop": summary.stop_reason,
+            **({"error": "; ".join(failed)[:300]} if failed else {})}
 
 
 def level_ids(spec: str, level: int) -> list[int] | None:
@@ -138,7 +145,7 @@ def markdown(state: dict, totals: dict) -> str:
                      f"{_pct(after['fast_p_vs_eager']['1.0'])} | {_pct(after['fast_p_vs_compile']['1.0'])} | "
                      f"{_x(after['geomean_speedup_vs_eager'])} | {_x(after['geomean_speedup_vs_compile'])} | "
                      f"{torch_only} |")
-        searched = [e for e in entries if e.get("search")]
+        searched = [e for e in entries if (e.get("search") or {}).get("experiments")]
         for label, m in (("before search", before), ("after search", after)):
             search_rows.append(f"| {lv} | {label} | {len(searched)} | "
                                + " | ".join(_pct(m["fast_p_vs_compile"][p]) for p in P_SHOWN)
@@ -158,7 +165,8 @@ def markdown(state: dict, totals: dict) -> str:
                   "| exps | note |", "|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
         for e in entries:
             s, b = e.get("start") or {}, (e.get("best") or e.get("start") or {})
-            note = e.get("note") or ("degenerate" if e.get("degenerate") else "") or (s.get("error") or "")
+            note = e.get("note") or ("degenerate" if e.get("degenerate") else "") or (s.get("error") or "") \
+                or ("search: " + e["search"]["error"] if (e.get("search") or {}).get("error") else "")
             lines.append(f"| {e['id']} | {e['name']} | {e.get('kind') or '-'} | {'yes' if b.get('correct') else 'no'} | "
                          f"{_x(s.get('speedup_vs_eager'))} | {_x(s.get('speedup_vs_compile'))} | "
                          f"{_x(b.get('speedup_vs_eager'))} | {_x(b.get('speedup_vs_compile'))} | "
@@ -298,7 +306,7 @@ def main(argv=None) -> int:
                 s = e.get("best") or e.get("start") or {}
                 print(f"{key} {p.name} {name}: {e.get('kind')} correct={s.get('correct')} "
                       f"x eager={_x(s.get('speedup_vs_eager'))} x compile={_x(s.get('speedup_vs_compile'))} "
-                      f"({e[f'{name}_s']} s)", flush=True)
+                      f"({e[f'{name}_s']} s) {res.get('error') or ''}", flush=True)
     save()
     return 0
 

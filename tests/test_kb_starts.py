@@ -410,9 +410,9 @@ def test_generated_starts_compile_for_sm90(home):
     assert compile_for_gpu(launches) == len(launches)
 
 
-def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
-    """benchmarks/kb_levels.py: one phase per call, state kept, a phase that never finished twice is
-    recorded, and RESULTS.md gets the tables between its markers (kept text around them stays)."""
+def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path, monkeypatch):
+    """benchmarks/kb_levels.py: one phase per call, state kept, a search that fails or never finished
+    twice is recorded, and RESULTS.md gets the tables between its markers (kept text around them stays)."""
     runner = _script("kb_levels")
     assert [runner.level_ids("L1.42,L2.76,5", lv) for lv in (1, 2)] == [[42, 5], [76, 5]]
     assert runner.level_ids("L1.42", 3) == [] and runner.level_ids("", 3) is None
@@ -426,8 +426,14 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path):
     assert "search_done" not in entry and "search: starts only" in results.read_text()
     assert runner.main(common + ["--max-phases", "0"]) == 0
     assert "search_done" not in json.loads(state.read_text())["problems"]["L1.3"]
+    with monkeypatch.context() as m:  # a GPU machine without the optuna wheel: the search fails, said so
+        m.setitem(sys.modules, "optuna", None)
+        assert runner.main(common) == 0
+    entry = json.loads(state.read_text())["problems"]["L1.3"]
+    assert entry["search_done"] and "optuna" in entry["search"]["error"] and entry["search"]["experiments"] == 0
+    assert "| search: kb.checkout.L1.3: ModuleNotFoundError" in results.read_text()
     data = json.loads(state.read_text())
-    data["problems"]["L1.3"]["search_tries"] = 2  # as if two device calls had ended inside the search
+    data["problems"]["L1.3"].update(search_done=False, search_tries=2)  # two device calls ended inside it
     state.write_text(json.dumps(data))
     assert runner.main(common) == 0
     entry = json.loads(state.read_text())["problems"]["L1.3"]
