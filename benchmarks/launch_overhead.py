@@ -25,20 +25,25 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 TARGET_US = 10.0
 
 
-def _per_call_us(fn, reps: int, rounds: int = 5) -> float:
+def _per_call_us(fns, reps: int, rounds: int = 11) -> list[float]:
+    """Median host time per call of each function, measured in interleaved rounds: the host's pace
+    drifts by several microseconds within a run, and interleaving puts every function under the same
+    drift (separate blocks of rounds differed by 4 us between rows of one table)."""
     import torch
 
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
+    for fn in fns:
+        for _ in range(20):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / reps * 1e6)
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+            samples[i].append((time.perf_counter() - t0) / reps * 1e6)
+    return [statistics.median(s) for s in samples]
 
 
 def main() -> int:
@@ -94,10 +99,9 @@ def main() -> int:
         op.fn(*inputs)
         KernelInterface.__getitem__ = original
         launches = count[0]
-        starter = _per_call_us(lambda: op.fn(*inputs), args.reps)
-        bare = _per_call_us(lambda: [_empty[(1,)](scratch) for _ in range(launches)], args.reps)
-        via_op = _per_call_us(lambda: op.op(*inputs), args.reps)
-        eager = _per_call_us(lambda: spec.reference(*inputs), args.reps)
+        starter, bare, via_op, eager = _per_call_us(
+            [lambda: op.fn(*inputs), lambda: [_empty[(1,)](scratch) for _ in range(launches)],
+             lambda: op.op(*inputs), lambda: spec.reference(*inputs)], args.reps)
         rows.append((t, spec.shape_label(shape), dtype, launches, starter, bare, starter - bare, via_op, eager))
         print(f"{t:18s} {spec.shape_label(shape):>16s} launches {launches}  starter {starter:6.1f} us  "
               f"empty x{launches} {bare:6.1f} us  over {starter - bare:5.1f} us  op {via_op:6.1f} us  "
@@ -106,7 +110,7 @@ def main() -> int:
     lines = [f"### Host time per call of the Triton starters at their smallest shapes "
              f"({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {device}, torch {torch.__version__}, "
              f"triton {triton.__version__})", "",
-             f"Calls issued back to back (host-paced), median of 5 rounds of {args.reps}. 'over' is the starter "
+             f"Calls issued back to back (host-paced), median of 11 interleaved rounds of {args.reps}. 'over' is the starter "
              f"minus an empty @triton.jit kernel launched as many times; target <= {TARGET_US:g} us.", "",
              "| kernel | shape | dtype | launches | starter (us) | empty launches (us) | over (us) | target "
              "| via custom op (us) | eager PyTorch (us) |",

@@ -266,3 +266,14 @@ def test_apply_after_torch_compile_reaches_the_compiled_model(tmp_path):
     with torch.inference_mode():
         assert torch.allclose(out, output_tensor(b.forward()), atol=1e-5)
     torch._dynamo.reset()
+
+
+def test_eager_kernels_must_win_one_call_at_a_time_and_back_to_back():
+    from autokernel.workload_timing import Timing, _beats
+
+    without = Timing(21.04, 0.1, 22.37)
+    assert not _beats(Timing(21.41, 0.1, 21.17), without)  # faster back to back only (H200, 1x128)
+    assert not _beats(Timing(20.0, 0.1, 23.0), without)  # faster one call at a time only
+    assert _beats(Timing(20.0, 0.1, 21.0), without)
+    assert not _beats(Timing(21.0, 0.1, 22.3), without)  # inside MIN_GAIN on both
+    assert _beats(Timing(1.0, 0.0, None), Timing(2.0, 0.0, None))  # the CPU: no wall time

@@ -301,6 +301,7 @@ def test_triton_unaligned_rows_are_padded(tmp_path, monkeypatch, pad):
     """K = 101: rows of A (and of B.T) start at addresses Triton cannot prove 16-byte aligned; "pad"
     hands the kernel copies whose row strides are multiples of 16, "as_is" the tensors themselves."""
     mod = K.load("triton", {"PAD_UNALIGNED": pad, "SPLIT_K": "off"}, tmp_path)
+    monkeypatch.setattr(mod, "PAD_MIN_ELEMS", 0)  # these operands are small: padding them is switched off
     seen = _spy_launches(mod, monkeypatch)
     gen = K.gen(33)
     for dtype in CPU_DTYPES:
@@ -312,6 +313,15 @@ def test_triton_unaligned_rows_are_padded(tmp_path, monkeypatch, pad):
         assert all(max(sb) % 16 == 0 and min(sb) == 1 for _, sb in strides)
     else:
         assert all(sa == 101 for sa, _ in strides)
+
+
+def test_triton_small_unaligned_operands_are_used_as_they_are(tmp_path, monkeypatch):
+    """Below PAD_MIN_ELEMS the copy's launch costs more host time than the aligned loads save."""
+    mod = K.load("triton", {"PAD_UNALIGNED": "pad", "SPLIT_K": "off"}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    a, b = K.make({"M": 70, "N": 77, "K": 101}, CPU_DTYPES[0], K.gen(34))
+    check(mod.kernel_fn(a, b), (a, b), CPU_DTYPES[0])
+    assert [args[0].stride(0) for _, _, args in seen] == [101]
 
 
 def test_triton_row_major_b_reads_columns_rounded_up_to_16(tmp_path, monkeypatch):

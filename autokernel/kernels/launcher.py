@@ -32,21 +32,19 @@ _triton: dict[str, Any] = {}  # JITFunction, knobs, driver: imported once, on th
 _compiling = torch.compiler.is_compiling
 
 
+_UNKEYED = object()  # marks an argument the plain path must decide on
+
+
 def _signature_key(args: tuple) -> tuple:
-    key = []
-    for a in args:
-        t = type(a)
-        if t is _Tensor:
-            key.append((a.dtype, a.data_ptr() & 15 == 0))
-        elif t is int or t is bool:
-            key.append(a)
-        elif t is float:
-            key.append(float)
-        elif a is None:
-            key.append(None)
-        else:  # a tensor subclass, a dtype, anything else: the plain path decides
-            return ()
-    return tuple(key)
+    # One comprehension, not a loop of appends: this runs on every launch (~25 arguments for attention).
+    # Bools get their own tag: True == 1 in a tuple, but Triton compiles an i1 and an i32 differently.
+    key = tuple([(a.dtype, a.data_ptr() & 15 == 0) if type(a) is _Tensor
+                 else a if type(a) is int or a is None
+                 else float if type(a) is float
+                 else (bool, a) if type(a) is bool
+                 else _UNKEYED  # a tensor subclass, a dtype, anything else
+                 for a in args])
+    return () if _UNKEYED in key else key
 
 
 def _tail_template(kernel) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -109,8 +107,17 @@ def launch(kernel, grid: tuple, *args, **meta):
     compiled, tail = hit
     knobs = _triton["knobs"].runtime
     enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+    # Triton 3.6's hooks are HookChains, never None: empty ones would still cost a launch_metadata dict
+    # and two Python calls from the C launcher per launch. No hook to run is passed as None.
+    if enter is not None and not getattr(enter, "calls", True):
+        enter = None
+    if leave is not None and not getattr(leave, "calls", True):
+        leave = None
     full = args + tail
-    stream = _triton["driver"].active.get_current_stream(dev)
+    get_stream = _triton.get("stream")
+    if get_stream is None:  # resolved once, at the first cached launch (driver.active is a lazy proxy)
+        get_stream = _triton["stream"] = _triton["driver"].active.get_current_stream
+    stream = get_stream(dev)
     n = len(grid)
     compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, compiled.function,
                  compiled.packed_metadata, compiled.launch_metadata(grid, stream, *full) if enter is not None else None,

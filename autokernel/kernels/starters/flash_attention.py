@@ -209,10 +209,7 @@ def kernel_fn(q, k, v, causal, scale=None):
     grid = (cdiv(S, block_m), B * H)
     launch(_attn_fwd, grid,
         q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
-        q.stride(0), q.stride(1), q.stride(2), q.stride(3),
-        k.stride(0), k.stride(1), k.stride(2), k.stride(3),
-        v.stride(0), v.stride(1), v.stride(2), v.stride(3),
-        o.stride(0), o.stride(1), o.stride(2), o.stride(3),
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(),  # one call per tensor: host time per launch
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, MASK_D=(block_d != D),
         CAUSAL=bool(causal),
         PRECISION=precision, num_warps=warps, num_stages=stages,

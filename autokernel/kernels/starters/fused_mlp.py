@@ -192,14 +192,13 @@ def kernel_fn(x, w_gate, w_up, w_down):
     h = torch.empty((T, F), device=x.device, dtype=x.dtype)
     launch(_gate_up_kernel, (cdiv(T, gbm) * cdiv(F, gbn),),
         x, w_gate, w_up, h, T, F, D,
-        x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1),
-        h.stride(0), h.stride(1),
+        *x.stride(), *w_gate.stride(), *w_up.stride(), *h.stride(),  # one call per tensor: host time
         BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, EVEN_K=(D % gbk == 0), PRECISION=precision,
         num_warps=gw, num_stages=gs,
     )
     launch(_down_kernel, (cdiv(T, dbm) * cdiv(D, dbn),),
         h, w_down, out, T, D, F,
-        h.stride(0), h.stride(1), w_down.stride(0), w_down.stride(1), out.stride(0), out.stride(1),
+        *h.stride(), *w_down.stride(), *out.stride(),
         BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, EVEN_K=(F % dbk == 0), PRECISION=precision,
         num_warps=dw, num_stages=ds,
     )

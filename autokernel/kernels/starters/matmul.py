@@ -80,6 +80,7 @@ GEMV_BLOCK_M = 8
 GEMV_BLOCK_K = 512
 GEMV_WARPS = 4
 PAD_UNALIGNED = "pad"
+PAD_MIN_ELEMS = 1 << 20  # smaller operands are used as they are: the copy's launch costs more than it saves
 
 SEARCH_SPACE = {
     "BLOCK_M": [64, 128, 256],
@@ -287,7 +288,8 @@ def _splits(programs, K, bk, chunk_min, below):
 def _aligned(t, inner_dim):
     """A copy of t whose rows (along inner_dim) start 16-element aligned, when t's do not."""
     outer = 1 - inner_dim
-    if PAD_UNALIGNED != "pad" or t.stride(inner_dim) != 1 or t.stride(outer) % 16 == 0 or t.shape[outer] <= 1:
+    if (PAD_UNALIGNED != "pad" or t.stride(inner_dim) != 1 or t.stride(outer) % 16 == 0 or t.shape[outer] <= 1
+            or t.numel() < PAD_MIN_ELEMS):
         return t
     inner = t.shape[inner_dim]
     padded = cdiv(inner, 16) * 16
