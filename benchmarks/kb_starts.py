@@ -126,7 +126,7 @@ def scan_problem(worker, problem, timeout_s: float, judge: bool = True) -> dict:
     else:
         res = worker.evaluate(inst, sol.source, timing=False, gpu_compile=True, timeout_s=timeout_s)
         row.update(outcome=res.outcome, error=(res.error or "")[:400], launched=res.launched_kernels[:8],
-                   max_abs_err=(res.extra or {}).get("max_abs_err"))
+                   max_abs_err=(res.extra or {}).get("max_abs_err"), degenerate=(res.extra or {}).get("degenerate"))
     row["seconds"] = round(time.monotonic() - t0, 1)
     return row
 
@@ -147,6 +147,7 @@ def summary(state: dict) -> str:
         lines += ["", "| level | id | name | start | outcome | error |", "|---|---:|---|---|---|---|"]
         for r in bad:
             err = (r.get("error") or r.get("note") or "").replace("|", "/").replace("\n", " ")[:160]
+            err = f"degenerate: {r['degenerate']}; {err}" if r.get("degenerate") else err
             lines.append(f"| {r['level']} | {r['id']} | {r['name']} | {r['kind']} | {r['outcome']} | {err} |")
     return "\n".join(lines) + "\n"
 

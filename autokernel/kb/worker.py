@@ -20,7 +20,9 @@ The protocol (KernelBench's current evaluation, plus our anti-cheat):
   is refused; eager and torch.compile timed live in this process; speed-ups over 10x are re-timed
   and flagged. On a machine without a GPU: correctness as above, and CPU wall-clock timing that is
   labelled as such (never GPU timings);
-- a reference output that is constant or entirely below the tolerance marks the problem degenerate.
+- a reference output that is constant or entirely below the tolerance marks the problem degenerate,
+  as does a random one (a copy of the reference gives other values on the same inputs: dropout in
+  training mode).
 """
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _copy_or_none(model):
+    """A deep copy of the reference, or None where it cannot be copied (the check is then left out)."""
+    import copy
+
+    try:
+        return copy.deepcopy(model)
+    except Exception:
+        return None
+
+
 def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
     """Why a reference output makes the problem degenerate (a constant answer would pass), or None."""
     import torch
@@ -100,6 +112,26 @@ def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
     if allv.numel() > 1 and spread <= atol + rtol * float(allv.abs().mean()):
         return f"reference output is constant (spread {spread:.3g})"
     return None
+
+
+def random_reference(twin, inputs, exact: list, atol: float, rtol: float) -> str | None:
+    """Why no candidate can match the reference, or None: `twin`, a copy of the reference taken before
+    its first call (a stateful forward starts from the same state), gives other values on the same
+    inputs: the forward draws random numbers (dropout in training mode, L2 66 / 83). Differences
+    within the tolerance (a random initial state an LSTM forgets) are not counted."""
+    import torch
+
+    with torch.no_grad():
+        again = _flat(twin(*_clone(inputs)))
+    why = None
+    for want, got in zip(exact, again):
+        if isinstance(want, torch.Tensor) and want.is_floating_point() and isinstance(got, torch.Tensor) \
+                and got.shape == want.shape and not torch.allclose(got, want, atol=atol, rtol=rtol, equal_nan=True):
+            err = float((got.double() - want.double()).abs().nan_to_num(0.0).max())
+            why = why or f"reference output is random: a second call on the same inputs differs (max abs {err:.3g})"
+        if isinstance(got, torch.Tensor) and got.is_floating_point():
+            got.fill_(float("nan"))  # like the reference's own outputs: nothing a candidate could find
+    return why
 
 
 class _DtypeSpy:
@@ -249,6 +281,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         for trial in range(TRIALS):
             torch.manual_seed(seed + 1 + trial)
             inputs = _make_inputs(prob, device)
+            twin = _copy_or_none(ref) if trial == 0 else None
             with torch.no_grad():
                 ref_out = ref(*_clone(inputs))
             _sync(device)
@@ -265,6 +298,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             atol, rtol = tolerance(out_dtype)
             if trial == 0:
                 degenerate = degenerate_reason(exact, atol, rtol)
+                if degenerate is None and twin is not None:
+                    degenerate = random_reference(twin, inputs, exact, atol, rtol)
+                twin = None
                 res.extra["degenerate"] = degenerate
             if cuda:
                 poison_cuda_cache([t.numel() * t.element_size() for t in exact if isinstance(t, torch.Tensor)],
