@@ -28,6 +28,7 @@ of each level); the other shards follow in later calls, each with its own --stat
 several GPUs, one process per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N --state
 benchmarks/kb_levels_state.I.json --results /tmp/r.I.md`, then `--write-only --merge
 benchmarks/kb_levels_state.*.json` writes the tables of all of them.
+benchmarks/kb_levels.sh is one device call of it (starts of a shard, then a search on chosen problems).
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ def main(argv=None) -> int:
     state = json.loads(state_path.read_text()) if state_path.exists() else {"problems": {}}
     how = "starts only" if args.search == "none" else f"-k {args.experiments} on {args.search} problems" + \
         (f" (below {args.search_below}x compile)" if args.search == "slower" else "")
+    how += f" of {args.problems}" if args.problems else ""
     # the tables name how the numbers were made: this call's search, or (only writing) the merged states'
     made = ([state["args"]] if state.get("args") else []) if args.write_only and args.merge else [how]
     for other in args.merge or []:  # shards' states: each problem from the state that got furthest with it
@@ -230,12 +232,17 @@ def main(argv=None) -> int:
         picks = {lv: level_ids(args.problems, lv) for lv in args.levels}
     except ValueError:
         ap.error(f"--problems: {args.problems!r} is not a list of ids (42) and level ids (L2.76)")
-    problems = [p for lv in args.levels if picks[lv] != []
-                for p in load_problems("checkout", args.kb_path, level=lv, ids=picks[lv])]
+    from autokernel.errors import AutoKernelError
+
+    try:  # a missing checkout, level or problem: one line, nothing written
+        problems = [p for lv in args.levels if picks[lv] != []
+                    for p in load_problems("checkout", args.kb_path, level=lv, ids=picks[lv])]
+        totals = {lv: len(load_problems("checkout", args.kb_path, level=lv)) for lv in args.levels}
+    except AutoKernelError as exc:
+        ap.exit(2, f"kb_levels: {exc.one_line()}\n")
     if args.shard:
         i, n = (int(v) for v in args.shard.split("/"))
         problems = problems[i::n]
-    totals = {lv: len(load_problems("checkout", args.kb_path, level=lv)) for lv in args.levels}
 
     def save() -> None:
         state_path.parent.mkdir(parents=True, exist_ok=True)

@@ -423,7 +423,7 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path, 
     assert runner.main(common + ["--search", "none"]) == 0  # starts only: the search is left for a later call
     entry = json.loads(state.read_text())["problems"]["L1.3"]
     assert entry["start_done"] and entry["start"]["correct"] and entry["kind"] == "library"
-    assert "search_done" not in entry and "search: starts only" in results.read_text()
+    assert "search_done" not in entry and "search: starts only of 3" in results.read_text()
     assert runner.main(common + ["--max-phases", "0"]) == 0
     assert "search_done" not in json.loads(state.read_text())["problems"]["L1.3"]
     with monkeypatch.context() as m:  # a GPU machine without the optuna wheel: the search fails, said so
@@ -453,7 +453,30 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path, 
     assert runner.main(common + ["--write-only", "--merge", str(other)]) == 0
     text = results.read_text()
     assert "| 1 | 5 | 2 | 2/5 (40%) | 20% |" in text and "| 1 | BatchNorm | norm | yes | 1.50 |" in text
-    assert "search: -k 1 on all problems." in text  # how the merged numbers were made, not the defaults
+    assert "search: -k 1 on all problems of 3." in text  # how the merged numbers were made, not the defaults
+
+
+def test_level_script_resumes_from_the_state_folder(mini_checkout, tmp_path):
+    """benchmarks/kb_levels.sh, as on the GPU machine but with no time to judge anything: the states of
+    an earlier call are taken from the state folder and every part writes its state into $OUT."""
+    import os
+    import subprocess
+
+    earlier = tmp_path / "state"
+    earlier.mkdir()
+    (earlier / "kb_state_0_2.json").write_text(json.dumps(
+        {"args": "starts only", "problems": {"L1.9": {"level": 1, "id": 9, "name": "X", "start_done": True}}}))
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT), OUT=str(tmp_path / "out"),
+               KB_PATH=str(mini_checkout), KB_STATE_DIR=str(earlier), KB_SHARD="0/2", KB_SEARCH="L1.3",
+               KB_DEADLINE="0", KB_SEARCH_DEADLINE="0")
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "kb_levels.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    starts = json.loads((tmp_path / "out" / "kb_state_0_2.json").read_text())["problems"]
+    assert starts["L1.9"]["start_done"] and "start_done" not in starts["L1.1"]
+    search = json.loads((tmp_path / "out" / "kb_state_search.json").read_text())
+    assert list(search["problems"]) == ["L1.3"] and search["args"] == "-k 3 on all problems of L1.3"
+    assert "stopped before L1.3 start" in (tmp_path / "out" / "kb_search.log").read_text()
 
 
 @pytest.mark.gpu
