@@ -416,6 +416,27 @@ def test_degenerate_problem_is_marked(kb_worker, problems):
     assert "tolerance of zero" in res.extra["degenerate"]
 
 
+def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp_path, home):
+    """L2 66 / 83: dropout in training mode draws other values on every call, so no candidate can
+    match it; a forward that counts its calls is checked from the state it started in."""
+    from autokernel.kb.problems import load_problems
+
+    body = "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.calls = 0\n\n" \
+           "    def forward(self, x):\n{}\n\n\ndef get_inputs():\n    return [torch.randn(8, 64)]\n\n\n" \
+           "def get_init_inputs():\n    return []\n"
+    files = {"1_Dropout.py": "        return nn.functional.dropout(torch.relu(x), 0.5, training=True)",
+             "2_Counting.py": "        self.calls += 1\n        return torch.relu(x) * self.calls"}
+    root = make_checkout(tmp_path / "kbrandom", {1: {n: "import torch\nimport torch.nn as nn\n\n\n" + body.format(f)
+                                                      for n, f in files.items()}})
+    random_p, counting = load_problems("checkout", root, level=1)
+    res = kb_worker.evaluate(random_p, solution("return nn.functional.dropout(kernel_fn(x), 0.5, training=True)"),
+                             timeout_s=60)
+    assert res.outcome == "incorrect" and "reference output is random" in res.extra["degenerate"]
+    res = kb_worker.evaluate(counting, solution("self.cache = (self.cache or 0) + 1\nreturn kernel_fn(x) * self.cache"),
+                             timeout_s=60)
+    assert res.outcome == "correct" and res.extra["degenerate"] is None, res.error
+
+
 def test_crash_and_missing_modelnew_are_results(kb_worker, problems):
     res = kb_worker.evaluate(problems[1], HEADER, timeout_s=60)
     assert res.outcome == "compile_error" and "ModelNew" in res.error

@@ -1,6 +1,6 @@
 """What a kernel engineer would want to know about a KernelBench problem before writing ModelNew:
 its inputs, its ops in order with the shape each produces, and the bytes that any solution must
-at least move. Traced on the meta device (solutions._trace), so nothing runs and no GPU is needed;
+at least move. Traced on the meta device (trace.trace_problem), so nothing runs and no GPU is needed;
 a model that fx cannot trace still gets its inputs.
 """
 
@@ -74,16 +74,16 @@ def problem_brief(problem: Problem) -> ProblemBrief:
     """The brief of one problem; never raises (a problem that cannot be read gives what could be)."""
     import torch
 
-    from autokernel.kb.solutions import _meta_mode, _trace
+    from autokernel.kb.trace import meta_mode, trace_problem
 
     brief = ProblemBrief()
     try:
-        gm = _trace(problem)
+        gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
         brief.note = f"{type(exc).__name__}"
         try:
             mod = problem.load_module()
-            with torch.device("meta"), _meta_mode():
+            with torch.device("meta"), meta_mode():
                 inputs = [a for a in mod.get_inputs() if isinstance(a, torch.Tensor)]
             brief.inputs = [_describe(t) for t in inputs]
             brief.input_bytes = sum(t.numel() * t.dtype.itemsize for t in inputs)

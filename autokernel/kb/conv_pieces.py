@@ -106,8 +106,8 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, tr
     y = torch.empty((N, OC, OD, OH, OW), device=x.device, dtype=x.dtype)
     opg = OC // groups
     if y.numel() and cpg * KD * KH * KW and x.numel():
-        grid = (triton.cdiv(N * OD * OH * OW, CONV_BLOCK_M), triton.cdiv(opg, CONV_BLOCK_N), groups)
-        _kb_conv_kernel[grid](xs, ws, bias if bias is not None else ws, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
+        grid = (cdiv(N * OD * OH * OW, CONV_BLOCK_M), cdiv(opg, CONV_BLOCK_N), groups)
+        launch(_kb_conv_kernel, grid, xs, ws, bias if bias is not None else ws, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                               *s, *p, *d, cpg, opg, HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
                               TRANSPOSED=transposed, BLOCK_M=CONV_BLOCK_M, BLOCK_N=CONV_BLOCK_N, BLOCK_K=CONV_BLOCK_K,
                               num_warps=CONV_WARPS)

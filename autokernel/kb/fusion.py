@@ -61,9 +61,9 @@ def fused_kernel(gid: int, g: dict, ew: dict) -> str:
                 f"def _kb_fused_{gid}({xs}):\n"
                 f"    \"\"\"{ops}, fused in one kernel, then the {g['reduce']} of all of it.\"\"\"\n"
                 f"    n = x{full}.numel()\n"
-                f"    partial = torch.empty((1, triton.cdiv(n, EW_BLOCK)), device=x{full}.device, dtype=torch.float32)\n"
+                f"    partial = torch.empty((1, cdiv(n, EW_BLOCK)), device=x{full}.device, dtype=torch.float32)\n"
                 f"    if n:\n"
-                f"        _kb_fused_{gid}_kernel[(partial.shape[1],)]({conts}, partial, n, x{full}.shape[-1], {largs}"
+                f"        launch(_kb_fused_{gid}_kernel, (partial.shape[1],), {conts}, partial, n, x{full}.shape[-1], {largs}"
                 f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n"
                 f"    return _row_sums(partial, {scale}).reshape(()).to({dtype})\n")
     return (head + f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)\n\n\n"
@@ -71,7 +71,7 @@ def fused_kernel(gid: int, g: dict, ew: dict) -> str:
             f"    \"\"\"{ops}, fused in one kernel.\"\"\"\n"
             f"    out = torch.empty(x{full}.shape, device=x{full}.device, dtype={dtype})\n"
             f"    n = out.numel()\n    if n == 0:\n        return out\n"
-            f"    _kb_fused_{gid}_kernel[(triton.cdiv(n, EW_BLOCK),)]({conts}, out, n, x{full}.shape[-1], {largs}"
+            f"    launch(_kb_fused_{gid}_kernel, (cdiv(n, EW_BLOCK),), {conts}, out, n, x{full}.shape[-1], {largs}"
             f"BLOCK=EW_BLOCK, num_warps=EW_WARPS)\n    return out\n")
 
 

@@ -55,7 +55,7 @@ def fn_name(target) -> str | None:
                      "linear", "pow", "square", "leaky_relu", "hardtanh", "clamp", "relu6", "mish", "softplus",
                      "hardswish", "elu", "scaled_dot_product_attention", "mean", "smooth_l1_loss", "cumsum",
                      "cumprod", "flip", "selu", "hardsigmoid", "max", "min", "amax", "amin", "argmax", "argmin",
-                     "prod", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                     "prod", "logsumexp", "log_softmax", "xlogy", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                      "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
                      "avg_pool2d", "avg_pool3d"):
             if getattr(mod, name, None) is target:
@@ -88,3 +88,21 @@ def node_name(node) -> str | None:
     if node.op == "call_method":
         return node.target
     return fn_name(node.target) if node.op == "call_function" else None
+
+
+def rewrite_nodes(gm, build) -> bool:
+    """Replace every node for which build(graph, node) returns a new node (built in place, before
+    it; build returns None, having added nothing, for a node it leaves). True when anything changed."""
+    changed = False
+    g = gm.graph
+    for node in list(g.nodes):
+        with g.inserting_before(node):
+            out = build(g, node)
+        if out is None:
+            continue
+        node.replace_all_uses_with(out)
+        g.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed

@@ -7,9 +7,14 @@ the call has arguments it does not cover; the op then stays a torch op.
 
 from __future__ import annotations
 
+from autokernel.kb.attention_rewrites import masked_attention
 from autokernel.kb.dimred_pieces import DIMRED_OPS
-from autokernel.kb.fx_nodes import dim_ok, fn_name, is_float_tensor, is_number, is_scalar_node, needs_layout, node_ndim
+from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number, is_scalar_node, needs_layout, node_ndim,
+                                    node_shape)
+from autokernel.kb.norm_rewrites import norm_stats
 from autokernel.kb.pattern_rules import PatternRules
+from autokernel.kb.rnn_pieces import rnn_forward, rnn_launches
+from autokernel.kb.trimm_pieces import tri_matmul
 from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
                                          SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
 
@@ -21,6 +26,9 @@ def sdpa_call(node) -> dict | None:
     """F.scaled_dot_product_attention's arguments when our kernels can compute it: 4-D q, k, v of
     one float dtype, no attn_mask, no dropout, constant is_causal/scale; "flash" says whether the
     flash starter takes it (same q/kv length and head dim, head dim within its budget)."""
+    if node.op == "call_function" and node.target is masked_attention:  # the rewrite checked flash_takes
+        q, k, v, buf, value, scale = node.args
+        return {"q": q, "k": k, "v": v, "mask": (buf, value), "causal": False, "scale": scale, "flash": True}
     if node.op != "call_function" or fn_name(node.target) != "scaled_dot_product_attention":
         return None
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -81,7 +89,9 @@ class OpRules(PatternRules):
     """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
     (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
     beta) for an elementwise replacement, which fusion reads; adds each node a generated kernel
-    computes to self.generated[family] ("scan", "dimred", "conv", "pool"), and records in
+    computes to self.generated[family] ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm"), sets self.second
+    to a second starter the file needs (flash attention next to matmul) and self.masked when an
+    attention with a mask buffer is computed (_kb_masked_sdpa), and records in
     self.whole the sums and means of all of a tensor (node -> (x, "sum" | "mean")), which the
     emitter may fold into x's fused kernel."""
 
@@ -142,13 +152,49 @@ class OpRules(PatternRules):
             self.whole[node] = (x, name)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
+    @staticmethod
+    def out_of_place_ok(mod, x) -> bool:
+        """An activation module may write a new tensor instead of x in place: it is not in place, or
+        x is an intermediate result nothing else reads (ReLU6(inplace=True) in MobileNet)."""
+        return not mod.inplace or (hasattr(x, "users") and len(x.users) == 1 and x.op not in ("placeholder", "get_attr"))
+
+    def attention_call(self, node) -> str | None:
+        """_kb_sdpa / _kb_masked_sdpa / _kb_sdpa_mm for an attention the starters take."""
+        sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
+        if sdpa and sdpa["flash"] and self.main == "matmul":
+            # next to the matmul starter, the flash starter comes in as a second one (prefixed)
+            self.second = "flash_attention"
+        if sdpa and sdpa.get("mask") is not None:
+            self.masked = True
+            buf, value = sdpa["mask"]
+            return (f"_kb_masked_sdpa({self.fmt(sdpa['q'])}, {self.fmt(sdpa['k'])}, {self.fmt(sdpa['v'])}, "
+                    f"{self.fmt(buf)}, {self.fmt(value)}, {self.fmt(sdpa['scale'])})")
+        # the bmm-softmax-bmm path is only for what the flash kernel does not take
+        if sdpa and (sdpa["flash"] or self.main == "matmul"):
+            fn = "_kb_sdpa" if sdpa["flash"] else "_kb_sdpa_mm"
+            return (f"{fn}({self.fmt(sdpa['q'])}, {self.fmt(sdpa['k'])}, {self.fmt(sdpa['v'])}, "
+                    f"causal={sdpa['causal']!r}, scale={self.fmt(sdpa['scale'])})")
+        return None
+
     def replacement(self, node) -> str | None:
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
+        if node.op == "call_function" and node.target is norm_stats:
+            self.generated["norm"].add(node)
+            return f"_kb_norm_stats({self.call(node.args, node.kwargs)})"
+        for family, target, fn in (("rnn", rnn_forward, "_kb_rnn"), ("trimm", tri_matmul, "_kb_trimm")):
+            if node.op == "call_function" and node.target is target:
+                self.generated[family].add(node)
+                if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
+                    self.launches += rnn_launches(self.gm, node) - 1
+                return f"{fn}({self.call(node.args, node.kwargs)})"
         taken = self.fallback_call(node)
         if taken is not None:
             return taken
+        attention = self.attention_call(node)
+        if attention is not None:
+            return attention
         if self.main == "rmsnorm":
             rms = self.rms_call(node)
             if rms is not None:
@@ -169,17 +215,17 @@ class OpRules(PatternRules):
                     return self.ew_unary(op, args[0])
             if type(mod) is nn.GELU:
                 return self.ew_unary(2 if mod.approximate == "tanh" else 1, args[0])
-            if type(mod) is nn.LeakyReLU and not mod.inplace:
+            if type(mod) is nn.LeakyReLU and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(19, args[0], float(mod.negative_slope))
-            if type(mod) in (nn.Hardtanh, nn.ReLU6) and not mod.inplace:
+            if type(mod) in (nn.Hardtanh, nn.ReLU6) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
-            if type(mod) in (nn.Mish, nn.Hardswish) and not mod.inplace:
+            if type(mod) in (nn.Mish, nn.Hardswish) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(MISH if type(mod) is nn.Mish else HARDSWISH, args[0])
-            if type(mod) in (nn.SELU, nn.Hardsigmoid) and not mod.inplace:
+            if type(mod) in (nn.SELU, nn.Hardsigmoid) and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(UNARY["selu" if type(mod) is nn.SELU else "hardsigmoid"], args[0])
             if type(mod) is nn.Softplus:
                 return self.ew_unary(SOFTPLUS, args[0], float(mod.beta), float(mod.threshold))
-            if type(mod) is nn.ELU and not mod.inplace:
+            if type(mod) is nn.ELU and self.out_of_place_ok(mod, args[0]):
                 return self.ew_unary(ELU, args[0], float(mod.alpha))
             return None
         if node.op == "call_method":
@@ -271,7 +317,8 @@ class OpRules(PatternRules):
             return self.ew_binary(BINARY[name], x, rest[0])
         if self.main == "matmul" and name in ("matmul", "mm", "bmm") and len(rest) == 1 and not kw2:
             a, b = x, rest[0]
-            if is_float_tensor(a) and is_float_tensor(b) and (node_ndim(b) == 2 or node_ndim(a) == node_ndim(b) == 3):
+            batched = node_ndim(a) == node_ndim(b) >= 3 and node_shape(a)[:-2] == node_shape(b)[:-2]
+            if is_float_tensor(a) and is_float_tensor(b) and (node_ndim(b) == 2 or batched):
                 return f"_kb_mm({self.fmt(a)}, {self.fmt(b)})"
         if self.main == "matmul" and name == "linear" and is_float_tensor(x):
             w = rest[0] if rest else kw2.get("weight")
@@ -293,13 +340,8 @@ class OpRules(PatternRules):
                         f"{self.fmt(allk.get('eps', 1e-5))})")
         if self.main == "reduce" and name in ("sum", "mean") and is_float_tensor(x):
             return self.reduce_call(node, name, x, rest, kw2)
-        sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
-        # with the matmul starter for other ops, an attention the flash kernel would take stays
-        # torch's fused one: the bmm-softmax-bmm path is only for what neither covers
-        if sdpa and (self.main == "flash_attention") == sdpa["flash"]:
-            fn = "_kb_sdpa" if sdpa["flash"] else "_kb_sdpa_mm"
-            return (f"{fn}({self.fmt(sdpa['q'])}, {self.fmt(sdpa['k'])}, {self.fmt(sdpa['v'])}, "
-                    f"causal={sdpa['causal']!r}, scale={self.fmt(sdpa['scale'])})")
+        if name in ("sum", "mean") and (rest or "dim" in kw2):  # next to another starter: the dim-reduction kernel
+            return self.dimred_call(node, name, x, rest, kw2)
         ce_defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None,
                        "reduction": "mean", "label_smoothing": 0.0}
         if self.main == "cross_entropy" and name == "cross_entropy" and len(rest) == 1 \

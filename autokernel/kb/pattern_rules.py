@@ -103,18 +103,24 @@ class PatternRules:
         return f"_kb_scan({self.fmt(s['x'])}, {s['dim']}{extra})"
 
     def dimred_call(self, node, name: str, x, rest, kw) -> str | None:
-        """_kb_dimred for max / min / amax / amin / argmax / argmin / prod over one int dim of a
-        float tensor (torch.max(a, b), a full reduction, dtype= stay torch ops)."""
+        """_kb_dimred for max / min / amax / amin / argmax / argmin / prod / logsumexp over one int dim of a
+        float tensor, sum / mean over one dim or a run of adjacent dims (torch.max(a, b), a full
+        reduction, dtype= stay torch ops)."""
         allk = dict(zip(("dim", "keepdim"), rest), **kw)
         dim, keepdim = allk.get("dim"), allk.get("keepdim", False)
-        if name in ("amax", "amin") and isinstance(dim, (list, tuple)) and len(dim) == 1:
-            dim = dim[0]
         nd = node_ndim(x) or 0
-        if set(allk) - {"dim", "keepdim"} or not is_float_tensor(x) or not dim_ok(dim, nd) \
-                or not isinstance(keepdim, bool):
+        if name in ("sum", "mean") and isinstance(dim, (list, tuple)) and dim and all(dim_ok(d, nd) for d in dim):
+            dims = sorted(d % nd for d in dim)  # a run of adjacent dims: one dim of a reshaped view
+            dim = tuple(dims) if dims == list(range(dims[0], dims[-1] + 1)) else None
+            if dim is not None and len(dim) == 1:
+                dim = dim[0]
+        elif name in ("amax", "amin", "logsumexp", "sum", "mean") and isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        ok = dim_ok(dim, nd) or isinstance(dim, tuple)
+        if set(allk) - {"dim", "keepdim"} or not is_float_tensor(x) or not ok or not isinstance(keepdim, bool):
             return None
         self.generated["dimred"].add(node)
-        return f"_kb_dimred({self.fmt(x)}, {dim % nd}, {name!r}, keepdim={keepdim})"
+        return f"_kb_dimred({self.fmt(x)}, {dim if isinstance(dim, tuple) else dim % nd}, {name!r}, keepdim={keepdim})"
 
     def fallback_call(self, node) -> str | None:
         """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:

@@ -9,6 +9,12 @@ import operator
 
 
 def rewrite(gm) -> None:
+    from autokernel.kb.mha_rewrites import rewrite_encoders, rewrite_mha
+
+    rewrite_encoders(gm)  # first: their layers' linears, norms and attentions are rewritten below
+    rewrite_mha(gm)
+    einsum_as_matmul(gm)
+    global_pool_as_mean(gm)
     split_linear_bias(gm)
     decompose_losses(gm)
     decompose_distance_losses(gm)
@@ -37,6 +43,61 @@ def _norm2(g, x, dim, keepdim: bool = False):
     total = g.call_function(torch.sum, (sq,)) if dim is None else \
         g.call_function(torch.sum, (sq, dim), {"keepdim": True} if keepdim else {})
     return g.call_function(torch.sqrt, (total,))
+
+
+def einsum_as_matmul(gm) -> None:
+    """torch.einsum of two operands that is a matmul -> torch.matmul: A's last index contracted
+    with a 2-D B's first ("bijl,lk->bijk", KernelBench L1 11) or a batched product
+    ("bij,bjk->bik"); the same values, and the matmul starter takes it."""
+    import torch
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.einsum or node.kwargs or len(node.args) != 3 \
+                or not isinstance(node.args[0], str):
+            continue
+        eq = node.args[0].replace(" ", "")
+        if "->" not in eq or "." in eq or eq.count(",") != 1:
+            continue
+        ins, out = eq.split("->")
+        a, b = ins.split(",")
+        if len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(out)) != len(out) or len(a) < 2 or len(b) < 2:
+            continue
+        c = a[-1]
+        plain = len(b) == 2 and b[0] == c and out == a[:-1] + b[1] and b[1] not in a
+        batched = len(a) == len(b) == 3 and a[0] == b[0] and b[1] == c and out == a[:2] + b[2] \
+            and len(set(a + b)) == 4
+        if not (plain or batched):
+            continue
+        with gm.graph.inserting_before(node):
+            mm = gm.graph.call_function(torch.matmul, tuple(node.args[1:]))
+        node.replace_all_uses_with(mm)
+        gm.graph.erase_node(node)
+
+
+def global_pool_as_mean(gm) -> None:
+    """nn.AdaptiveAvgPool1d/2d/3d and F.adaptive_avg_pool*d to size 1 (a global average pool, the
+    end of every ResNet) -> torch.mean over the pooled dims, keepdim: the same values, and the
+    dim-reduction kernel takes it."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    fns = {F.adaptive_avg_pool1d: 1, F.adaptive_avg_pool2d: 2, F.adaptive_avg_pool3d: 3}
+    mods = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module" and type(gm.get_submodule(node.target)) in mods and len(node.args) == 1 \
+                and not node.kwargs:
+            nd, size = mods[type(gm.get_submodule(node.target))], gm.get_submodule(node.target).output_size
+        elif node.op == "call_function" and node.target in fns and len(node.args) == 2 and not node.kwargs:
+            nd, size = fns[node.target], node.args[1]
+        else:
+            continue
+        if not all(v == 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
+            continue
+        with gm.graph.inserting_before(node):
+            out = gm.graph.call_function(torch.mean, (node.args[0], tuple(range(-nd, 0))), {"keepdim": True})
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
 
 
 def split_linear_bias(gm) -> None:

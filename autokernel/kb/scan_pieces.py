@@ -73,9 +73,9 @@ def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
         m = mask if last else mask.movedim(dim, -1)
         mr = _kb_rows(m.view(torch.uint8) if m.dtype == torch.bool else m, n)
     rows = xr.shape[0]
-    block = min(SCAN_BLOCK, triton.next_power_of_2(n))
-    per = max(1, min(SCAN_TILE // block, triton.next_power_of_2(rows)))
-    _kb_scan_kernel[(triton.cdiv(rows, per),)](xr, mr, out, rows, n, xr.stride(0), mr.stride(0), PROD=prod,
+    block = min(SCAN_BLOCK, next_power_of_2(n))
+    per = max(1, min(SCAN_TILE // block, next_power_of_2(rows)))
+    launch(_kb_scan_kernel, (cdiv(rows, per),), xr, mr, out, rows, n, xr.stride(0), mr.stride(0), PROD=prod,
                                                REVERSE=reverse, HAS_MASK=mask is not None, ROWS=per,
                                                BLOCK=block, num_warps=SCAN_WARPS)
     if last:

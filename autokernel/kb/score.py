@@ -6,7 +6,7 @@ Per level (and source):
   whose best correct solution is faster than the baseline by a factor strictly greater than p,
   divided by every problem in the level (attempted or not), as KernelBench defines it;
 - geometric-mean speed-up over the correct problems (vs eager, vs compile);
-- degenerate problems (constant or below-tolerance reference output) are kept out of those
+- degenerate problems (constant, below-tolerance or random reference output) are kept out of those
   numbers and reported apart; so are solutions flagged for review (speed-up over 10x after
   re-timing): they count as correct but not as fast.
 The best solution of a problem is its fastest correct row that is on the kernel's branch

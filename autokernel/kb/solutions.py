@@ -1,7 +1,8 @@
 """The initial ModelNew of a problem, built from the kernel library.
 
-The problem's Model is traced with torch.fx (shapes propagated on the meta device, so nothing
-large is allocated, and inputs made on "cuda" trace without a GPU) and its forward is re-emitted
+The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot;
+shapes propagated on the meta device, so nothing large is allocated, and inputs made on "cuda"
+trace without a GPU) and its forward is re-emitted
 as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
 - the problem's main op, when the library has a kernel for it, calls that Triton starter
   (matmul / nn.Linear / bmm -> matmul, softmax and log_softmax over one dim, layer_norm (over any trailing dims),
@@ -10,8 +11,10 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
   mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
   scaled_dot_product_attention -> flash_attention,
+  attention written out op by op (attention_rewrites.py) -> flash_attention,
+  nn.MultiheadAttention and nn.TransformerEncoder(Layer) (mha_rewrites.py: projections + sdpa),
   or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
-  per file (a second, different one stays a torch op);
+  per file, except flash attention next to matmul (a second starter, its names prefixed _fa_);
 - every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
   elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, xlogy, + - * / with a tensor, a
   constant or a run-time Python number, bias adds) calls one generic Triton elementwise kernel
@@ -26,7 +29,13 @@ as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the sa
   implicit-GEMM convolution kernel (conv_pieces.py) and a pooling kernel (pool_pieces.py), but
   only when nothing else would run a kernel of ours (fallback_rules.py): next to our elementwise
   kernels they stay cuDNN's;
+- batch / instance / group norms (and layer norms next to another starter) become a generated
+  statistics kernel plus elementwise ops fused with what follows (norm_rewrites.py, norm_pieces.py);
+- nn.GRU / nn.LSTM run a generated recurrent step kernel (rnn_pieces.py);
 - everything else stays the torch op it was (reshapes, max...).
+
+The forward goes through `_kb_graphed` (graph_pieces.py): CUDA-graph replay per input signature,
+on by default where the launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
 
 When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
 the reference's forward itself: correct, but it launches no kernel of its own, so the judge's
@@ -43,20 +52,27 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
+from autokernel.kb.attention_rewrites import MASKED_SDPA, SECOND_FLASH
 from autokernel.kb.conv_pieces import CONV_ENTRY, CONV_SOURCE, CONV_SPACE
 from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPACE
 from autokernel.kb.fallback_rules import Source, conv_args, pool_args
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
+from autokernel.kb.graph_pieces import GRAPH_SPACE, graph_default, graph_source, io_bytes, launches_nothing
+from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
 from autokernel.kb.op_rules import OpRules, main_op
 from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
-from autokernel.kb.rewrites import rewrite
+from autokernel.kb.rnn_pieces import RNN_ENTRY, RNN_SOURCE, RNN_SPACE
+from autokernel.kb.trimm_pieces import TRIMM_ENTRY, TRIMM_SOURCE, TRIMM_SPACE
 from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
+from autokernel.kb.trace import trace_problem
 from autokernel.kb.source_pieces import (
     EW_ONLY_ENTRY,
     EW_SOURCE,
     EW_SPACE,
     HELPERS,
+    LAUNCH_IMPORT,
+    prefixed_starter,
     TORCH_ONLY_ENTRY,
     starter_pieces,
     strip_docstring,
@@ -68,6 +84,9 @@ KIND_SCAN = "scan"  # the generated scan kernel (plus the elementwise kernel)
 KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (plus the elementwise one)
 KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
 KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
+KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
+KIND_RNN = "rnn"  # the generated GRU / LSTM step kernel
+KIND_TRIMM = "triangular-matmul"  # triu / tril of a product of triangular matrices
 
 # the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
 GENERATED = {
@@ -75,8 +94,12 @@ GENERATED = {
     "dimred": (DIMRED_SOURCE, DIMRED_SPACE, DIMRED_ENTRY, KIND_DIMRED, "dim-reduction"),
     "conv": (CONV_SOURCE, CONV_SPACE, CONV_ENTRY, KIND_CONV, "convolution"),
     "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
+    "norm": (NORM_SOURCE, NORM_SPACE, NORM_ENTRY, KIND_NORM, "normalisation"),
+    "rnn": (RNN_SOURCE, RNN_SPACE, RNN_ENTRY, KIND_RNN, "recurrent"),
+    "trimm": (TRIMM_SOURCE, TRIMM_SPACE, TRIMM_ENTRY, KIND_TRIMM, "triangular matmul"),
 }
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
+SECOND_PREFIX = "_fa_"  # the names of a second starter in the file
 
 class Unsupported(Exception):
     pass
@@ -91,6 +114,7 @@ class Solution:
     kept: list[str] = field(default_factory=list)  # ops left as torch ops
     note: str = ""
     fused: int = 0  # groups of elementwise ops generated as one kernel each
+    graph: int = 0  # KB_CUDA_GRAPH's default: replay the forward as a CUDA graph
 
     def describe(self) -> str:
         if self.kind == KIND_TORCH:
@@ -109,7 +133,8 @@ class Solution:
 
 
 def assemble(problem: Problem, forward: str | None, library: str | None, use_ew: bool, description: str,
-             fp32: bool = False, gens: tuple = ()) -> str:
+             fp32: bool = False, gens: tuple = (), second: str | None = None, masked: bool = False,
+             graph: int = 0) -> str:
     """The solution file: the problem, the library starter and the generated kernels it uses
     (`gens`: keys of GENERATED), one merged SEARCH_SPACE, the entry function, the forward."""
     head = (f'"""KernelBench solution for {problem.label()}: ModelNew (generated by autokernel kb).\n'
@@ -119,12 +144,21 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
     space: dict[str, list] = {}
     if library or use_ew or gens:
         parts.append("\nimport torch\nimport triton\nimport triton.language as tl\n")
+        if not library:  # a starter's source brings its own
+            parts.append(LAUNCH_IMPORT)
     if library:
         src, sp = starter_pieces(library)
         parts.append(f"\n# ---- library starter: {library} ----\n" + src.strip("\n") + "\n")
         if fp32 and any(k.startswith("FP32_") for k in sp):
             # an fp32 problem only ever takes the starter's fp32 path: tune only its tunables
             sp = {k: v for k, v in sp.items() if k.startswith("FP32_")}
+        space.update(sp)
+    if second:
+        src, sp = prefixed_starter(second, SECOND_PREFIX)
+        parts.append(f"\n# ---- second library starter: {second} (names prefixed {SECOND_PREFIX}) ----\n"
+                     + src.strip("\n") + "\n")
+        if fp32 and any(k.startswith(SECOND_PREFIX + "FP32_") for k in sp):
+            sp = {k: v for k, v in sp.items() if k.startswith(SECOND_PREFIX + "FP32_")}
         space.update(sp)
     if use_ew or library == "matmul":
         parts.append(EW_SOURCE)
@@ -134,12 +168,19 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
         space.update(GENERATED[g][1])
     if library:
         parts.append(HELPERS[library])
+        if second:
+            parts.append(SECOND_FLASH)
+        if masked:
+            parts.append(MASKED_SDPA)
     elif gens:
         parts.append(GENERATED[gens[0]][2])
     elif use_ew:
         parts.append(EW_ONLY_ENTRY)
     else:
         parts.append(TORCH_ONLY_ENTRY)
+    if forward is not None:
+        parts.append(graph_source(graph))
+        space.update(GRAPH_SPACE)
     parts.append(f"\nSEARCH_SPACE = {space!r}\n")
     if forward is None:
         parts.append("\n\nclass ModelNew(Model):\n    pass\n")
@@ -164,6 +205,9 @@ class _Emitter(OpRules):
         self.whole: dict = {}
         self.fallback = fallback
         self.fuse = fuse
+        self.second = None
+        self.masked = False
+        self.launches = 0  # kernel launches of one forward, about (views and getitems launch none)
         self.last_ew = None
 
     def fmt(self, a) -> str:
@@ -194,6 +238,18 @@ class _Emitter(OpRules):
         if isinstance(a, torch.device):
             return f"torch.device({str(a)!r})"
         raise Unsupported(f"cannot write the constant {a!r}")
+
+    def traced_constant(self, node) -> str | None:
+        """A tensor the forward made from Python numbers while traced (torch.tensor(self.c), L2 31) is
+        an attribute of the traced module only: written out as the same torch.tensor call."""
+        import torch
+
+        if not str(node.target).startswith("_tensor_constant"):
+            return None
+        t = getattr(self.gm, node.target)
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() > 64:
+            raise Unsupported(f"the tensor constant {node.target} made while tracing")
+        return f"torch.tensor({self.fmt(t.tolist())}, dtype={t.dtype})"
 
     def call(self, args, kwargs) -> str:
         parts = [self.fmt(a) for a in args] + [f"{k}={self.fmt(v)}" for k, v in kwargs.items()]
@@ -227,6 +283,10 @@ class _Emitter(OpRules):
         # an elementwise result whose only use is a mean or sum of all its elements (a loss) is
         # reduced inside its own kernel: per-program partial sums, then the reduce starter over those
         full_reduce = {x: (node, how) for node, (x, how) in self.whole.items() if x in ew and len(x.users) == 1}
+        # a fused group computes its members where its root is: never past a kept op writing one of
+        # their inputs in place (relu_(h) after h + 1.0 was read)
+        mutated = {n.args[0] for n in nodes if n not in exprs and n.args and _writes_in_place(self.gm, n)}
+        ew = {n: e for n, e in ew.items() if not set(n.all_input_nodes) & mutated}
         groups = fusion_groups(ew, singles=set(full_reduce)) if self.fuse else {}
         reduced = {}
         for x, (red, how) in full_reduce.items():
@@ -239,7 +299,7 @@ class _Emitter(OpRules):
             if node.op == "placeholder":
                 params.append(str(node.target) + (f"={self.fmt(node.args[0])}" if node.args else ""))
             elif node.op == "get_attr":
-                self.emit(node, f"_kb_getattr(self, {node.target!r})")
+                self.emit(node, self.traced_constant(node) or f"_kb_getattr(self, {node.target!r})")
             elif node.op == "output":
                 self.lines.append(f"        return {self.fmt(node.args[0])}")
             elif node in inner:
@@ -248,6 +308,7 @@ class _Emitter(OpRules):
                 g = groups[node]
                 self.replaced.append("ew:" + describe(node))
                 self.fused.append(fused_kernel(len(self.fused), g, ew))
+                self.launches += 1
                 args = ", ".join(self.fmt(a) for a, _mode in g["inputs"])
                 self.emit(node, f"_kb_fused_{len(self.fused) - 1}({args})")
             elif node in reduced:  # computed by its input's fused kernel
@@ -260,8 +321,10 @@ class _Emitter(OpRules):
                 self.replaced.append(kind + describe(node))
                 if expr:  # '' is a node folded into the scan call of a later one
                     self.emit(node, expr)
+                    self.launches += 1
             else:
                 self.kept.append(describe(node))
+                self.launches += not launches_nothing(self.gm, node)
                 if node.op == "call_module":
                     self.emit(node, f"self.get_submodule({node.target!r})({self.call(node.args, node.kwargs)})")
                 elif node.op == "call_method":
@@ -276,51 +339,23 @@ class _Emitter(OpRules):
                     self.emit(node, f"{qual}({self.call(node.args, node.kwargs)})")
         imports = "".join(f"        import {m}\n" for m in sorted(self.imports))
         body = "\n".join(self.lines)
+        names = [str(n.target) for n in nodes if n.op == "placeholder"]
+        call = ", ".join(names) + ("," if len(names) == 1 else "")
         return ("".join(self.fused) + "\n\n"
                 f"def _kb_getattr(obj, path):\n    for part in path.split('.'):\n        obj = getattr(obj, part)\n"
                 f"    return obj\n\n\nclass ModelNew(Model):\n    def forward(self, {', '.join(params)}):\n"
+                f"        return _kb_graphed(self, self._kb_forward, ({call}))\n\n"
+                f"    def _kb_forward(self, {', '.join(params)}):\n"
                 f"{imports}{body}\n")
 
 
-def _meta_mode():
-    from torch.overrides import TorchFunctionMode
-
-    class OnMeta(TorchFunctionMode):
-        """Tensors asked for on a device (get_inputs with device='cuda', .cuda(), .to('cuda')) are
-        made on the meta device too: tracing needs only their shapes, and runs without a GPU."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            import torch
-
-            kwargs = dict(kwargs or {})
-            if "device" in kwargs:
-                kwargs["device"] = "meta"
-            if func is torch.Tensor.cuda:
-                return args[0].to("meta")
-            if func is torch._is_all_true:  # torch.distributions' argument checks: no values on meta
-                return True
-            if func is torch.Tensor.to:
-                args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
-            return func(*args, **kwargs)
-
-    return OnMeta()
-
-
-def _trace(problem: Problem):
-    """(GraphModule with tensor_meta on its nodes, the model). Shapes propagated on meta tensors."""
-    import torch
-    from torch import fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    mod = problem.load_module()
-    torch.manual_seed(0)
-    with torch.device("meta"), _meta_mode():
-        model = mod.Model(*mod.get_init_inputs())
-        inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in mod.get_inputs()]
-    gm = fx.symbolic_trace(model)
-    rewrite(gm)
-    ShapeProp(gm).propagate(*inputs)
-    return gm
+def _writes_in_place(gm, node) -> bool:
+    """A kept op that writes its first argument: an inplace=True module or function, x.add_()."""
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.endswith("__")
+    return node.op == "call_function" and node.kwargs.get("inplace") is True
 
 
 def _fp32(gm) -> bool:
@@ -338,7 +373,7 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     and pools stay cuDNN's unless nothing else would run a kernel of ours: then the generated
     convolution and pooling kernels take them (a torch-only start is refused by the judge)."""
     try:
-        gm = _trace(problem)
+        gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
         src = assemble(problem, None, None, False, "torch-only starting point")
         return Solution(src, KIND_TORCH, note=f"the model cannot be traced with torch.fx ({type(exc).__name__})")
@@ -377,7 +412,12 @@ def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
             return Solution(src, KIND_TORCH, kept=em.kept, note="no op the library or the elementwise kernel covers")
         kind = KIND_LIBRARY if used_lib else GENERATED[gens[0]][3] if gens else KIND_ELEMENTWISE
         sol = Solution("", kind, library=used_lib, replaced=em.replaced, kept=em.kept, fused=len(em.fused))
-        sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm), gens=gens)
+        second = em.second if used_lib and em.second != used_lib else None
+        if second:
+            sol.library = f"{used_lib}+{second}"
+        sol.graph = graph_default(em.launches, io_bytes(gm))
+        sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm), gens=gens,
+                              second=second, masked=em.masked, graph=sol.graph)
         return sol
     src = assemble(problem, None, None, False, "torch-only starting point")
     return Solution(src, KIND_TORCH, note="no op the library or the elementwise kernel covers")

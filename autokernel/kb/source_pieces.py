@@ -32,6 +32,16 @@ def _kb_block(full, shape):
     return (inner, size) if inner < 2**30 and size < 2**30 else None
 
 
+LAUNCH_IMPORT = '''
+try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
+    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+except ImportError:
+    cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
+
+    def launch(kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+'''
+
 EW_SOURCE = '''
 # ---- generic elementwise Triton kernel (autokernel kb) -------------------------------------------
 EW_BLOCK = 1024
@@ -98,12 +108,19 @@ def _kb_bidx(base, inner, size, BLOCK: tl.constexpr):
 # @BLOCK@
 
 
+_KB_SWAP = {10: 10, 11: 14, 12: 12, 13: 15, 16: 16, 17: 17}  # x OP y == y OP' x
+
+
 def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     """out = op(x[, y]) elementwise; y a tensor (broadcast) or None (scalar alpha)."""
     mode, inner, size = 0, 1, 1
     if isinstance(y, torch.Tensor):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         dtype = torch.result_type(x, y)
+        if tuple(shape) != tuple(x.shape) and tuple(shape) == tuple(y.shape) and op in _KB_SWAP:
+            # x is the broadcast one (diag(a) @ B written a[:, None] * B): swapped, so that it is
+            # indexed in place instead of expanded into a copy of B's size
+            x, y, op = y, x, _KB_SWAP[op]
         if y.dim() == 1 and x.dim() >= 1 and tuple(shape) == tuple(x.shape) and y.shape[0] == x.shape[-1]:
             mode, xx, yy = 2, x.to(dtype).contiguous(), y.to(dtype).contiguous()
         elif tuple(shape) == tuple(x.shape) and (block := _kb_block(shape, y.shape)):
@@ -121,7 +138,7 @@ def _kb_ew(op, x, y=None, alpha=0.0, beta=0.0):
     n = out.numel()
     if n == 0:
         return out
-    _kb_ew_kernel[(triton.cdiv(n, EW_BLOCK),)](xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
+    launch(_kb_ew_kernel, (cdiv(n, EW_BLOCK),), xx, yy, out, n, max(1, xx.shape[-1] if xx.dim() else 1),
                                                float(alpha), float(beta), inner, size, OP=op, HAS_Y=mode,
                                                BLOCK=EW_BLOCK, num_warps=EW_WARPS)
     return out
@@ -136,6 +153,8 @@ def _kb_mm(a, b):
         return kernel_fn(a, b)
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
         return bmm(a, b)
+    if a.dim() == b.dim() > 3 and a.shape[:-2] == b.shape[:-2]:  # [B, H, M, K] @ [B, H, K, N]: one bmm
+        return bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])).reshape(*a.shape[:-1], b.shape[-1])
     if b.dim() == 2:
         return kernel_fn(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     return torch.matmul(a, b)
@@ -204,6 +223,7 @@ def _kb_mean(x, dim=None, keepdim=False):
 def _kb_sdpa(q, k, v, causal=False, scale=None):
     return kernel_fn(q, k, v, causal, scale)
 ''',
+
     "cross_entropy": '''
 def _kb_cross_entropy(logits, targets):
     return kernel_fn(logits, targets)
@@ -330,6 +350,35 @@ def starter_pieces(kernel_type: str) -> tuple[str, dict]:
             lines[node.lineno - 1] += f"\n{indent}cfg = {{**{defaults!r}, **cfg}}"
     keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
     return "\n".join(keep), space
+
+
+_SHARED = {"launch", "cdiv", "next_power_of_2"}  # the launcher's names: one copy for both starters
+
+
+def prefixed_starter(kernel_type: str, prefix: str) -> tuple[str, dict]:
+    """A second starter in the same file (flash attention next to the matmul starter): every
+    module-level name it defines renamed with `prefix`, so its constants, kernels and kernel_fn
+    do not collide with the first's; its tunables under the new names."""
+    import io
+    import tokenize
+
+    src, space = starter_pieces(kernel_type)
+    tree = ast.parse(src)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    names -= _SHARED
+    out, prev = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.NAME and tok.string in names and not (prev is not None and prev.string == "."):
+            tok = tok._replace(string=prefix + tok.string)
+        out.append(tok)
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            prev = tok
+    return tokenize.untokenize(out), {prefix + k: v for k, v in space.items()}
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,7 +25,9 @@ The protocol (KernelBench's current evaluation, plus our anti-cheat):
   stream's end event (side streams) is refused; a few timed outputs are checked; eager and
   torch.compile timed live in this process; speed-ups over 10x are re-timed and flagged. On a
   machine without a GPU: correctness as above, and CPU wall-clock timing labelled as such;
-- a reference output that is constant or entirely below the tolerance marks the problem degenerate.
+- a reference output that is constant or entirely below the tolerance marks the problem degenerate,
+  as does a random one (a copy of the reference gives other values on the same inputs: dropout in
+  training mode).
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ import traceback
 
 TRIALS = 5
 MAX_SHARE = 0.9  # KernelBench allows library ops next to one's own kernels, not instead of them
+
+
+def _copy_or_none(model):
+    """A deep copy of the reference, or None where it cannot be copied (the check is then left out)."""
+    import copy
+
+    try:
+        return copy.deepcopy(model)
+    except Exception:
+        return None
 
 
 def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
@@ -55,6 +67,30 @@ def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
     spread = float(allv.max() - allv.min())
     if allv.numel() > 1 and spread <= atol + rtol * float(allv.abs().mean()):
         return f"reference output is constant (spread {spread:.3g})"
+    return None
+
+
+def random_reference(prob, init: list, device: str, model_seed: int, inputs: list, exact: list,
+                     atol: float, rtol: float) -> str | None:
+    """Why no candidate can match the reference, or None: a copy of the reference taken before its
+    first call (a stateful forward starts from the same state), called after it, gives other values
+    on the same inputs: the forward draws random numbers (dropout in training mode, L2 66 / 83).
+    Differences within the tolerance (a random initial state an LSTM forgets) are not counted."""
+    import torch
+
+    torch.manual_seed(model_seed)
+    ref = prob.Model(*init).to(device)
+    twin = _copy_or_none(ref)
+    if twin is None:
+        return None
+    with torch.no_grad():
+        ref(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs])  # the RNG moves on as it did
+        again = flat(twin(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]))
+    for want, got in zip(exact, again):
+        if isinstance(want, torch.Tensor) and want.is_floating_point() and isinstance(got, torch.Tensor) \
+                and got.shape == want.shape and not torch.allclose(got, want, atol=atol, rtol=rtol, equal_nan=True):
+            err = float((got.double() - want.double()).abs().nan_to_num(0.0).max())
+            return f"reference output is random: a second call on the same inputs differs (max abs {err:.3g})"
     return None
 
 
@@ -216,6 +252,10 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 atol, rtol = tolerance(out_dtype)
                 if trial == 0:
                     degenerate = degenerate_reason(flat(exact), atol, rtol)
+                    if degenerate is None:
+                        # inputs made again: a reference may have written into `fresh`
+                        degenerate = random_reference(prob, init, device, seed, trial_inputs.made(trial),
+                                                      flat(exact), atol, rtol)
                     res.extra["degenerate"] = degenerate
                 outs = check_structure(out, exact, device)
                 ledger.recheck(outs)
