@@ -27,9 +27,9 @@ from akfixtures import pythonpath  # noqa: E402
 from test_loop import TINY_REDUCE, add_tiny_kernel  # noqa: E402
 
 POOL_KERNEL = '''"""Row sums for the pool tests. At the timed shape the start sleeps 160 ms, (256, lazy) 360 ms
-(times $AK_PACE: a judge's "device speed"), (128, loop) not at all; (128, off_by_one) is wrong and
-(256, crash) waits for the test to kill its worker. A candidate marks $AK_POOL_DIR with its
-worker's pid (its parent's pid inside) and waits while $AK_POOL_DIR/hold exists: the test decides
+(times $AUTOKERNEL_TEST_PACE: a judge's "device speed"), (128, loop) not at all; (128, off_by_one) is wrong and
+(256, crash) waits for the test to kill its worker. A candidate marks $AUTOKERNEL_TEST_POOL_DIR with its
+worker's pid (its parent's pid inside) and waits while $AUTOKERNEL_TEST_POOL_DIR/hold exists: the test decides
 when candidates go on."""
 import os
 import time
@@ -53,7 +53,7 @@ def valid_config(cfg):
 
 
 ''' + TINY_REDUCE[TINY_REDUCE.index("@triton.jit"):TINY_REDUCE.index("def kernel_fn")] + '''def _gate():
-    gate = os.environ.get("AK_POOL_DIR")
+    gate = os.environ.get("AUTOKERNEL_TEST_POOL_DIR")
     if not gate or (BLOCK, VARIANT) == (256, "loop"):
         return
     mark = os.path.join(gate, f"{VARIANT}-{BLOCK}.{os.getpid()}")
@@ -68,7 +68,7 @@ def kernel_fn(x):
     _gate()
     pause = {(256, "loop"): 160, (256, "lazy"): 360}.get((BLOCK, VARIANT), 0)
     if pause and tuple(x.shape) == (3, 40):  # the timed shape only
-        time.sleep(pause * float(os.environ.get("AK_PACE", "1")) / 1000.0)
+        time.sleep(pause * float(os.environ.get("AUTOKERNEL_TEST_PACE", "1")) / 1000.0)
     rows, cols = x.shape
     out = torch.empty(rows, device=x.device, dtype=x.dtype)
     _row_sum[(rows,)](x, out, cols, x.stride(0), x.stride(1), BLOCK=BLOCK,
@@ -427,7 +427,7 @@ def judged_in_a_pool(home, tmp_path, pool_args: list[str], workers: int, kill_wo
     """A pool of `workers` judges the kernel's candidates (one per judge) as one batch: the crash
     candidate's worker is killed (the candidate crashed, the worker started again), then the
     coordinator is killed -9 with the others in flight; the workers it left behind write nothing;
-    a resume (the run's own pool) on a "device" four times faster (AK_PACE) judges them again, each
+    a resume (the run's own pool) on a "device" four times faster (AUTOKERNEL_TEST_PACE) judges them again, each
     in the run's frame. Returns the rows."""
     store, ws, k = add_tiny_kernel(home, kernel)
     line = next(x for x in kernel.splitlines() if x.startswith("CANDIDATES = "))
@@ -441,13 +441,14 @@ def judged_in_a_pool(home, tmp_path, pool_args: list[str], workers: int, kill_wo
         (tmp_path / "noray" / "ray").mkdir(parents=True)
         (tmp_path / "noray" / "ray" / "__init__.py").write_text(
             "import os\n"
-            "open(os.path.join(os.environ['AK_POOL_DIR'], f'ray-imported.{os.getpid()}'), 'w').close()\n"
+            "open(os.path.join(os.environ['AUTOKERNEL_TEST_POOL_DIR'], f'ray-imported.{os.getpid()}'), 'w').close()\n"
             "raise ImportError('ray imported without --ray')\n")
         path.append(tmp_path / "noray")
     # no sandbox: the test's candidates report to it through files in the gate folder, under their own
-    # pids (the sandbox makes that folder read-only, scrubs AK_POOL_DIR and gives pids of its own)
+    # pids (the sandbox makes that folder read-only and gives pids of its own); the variables are
+    # AUTOKERNEL_-prefixed because a judge child inherits only allowlisted ones
     env = dict(os.environ, AUTOKERNEL_HOME=str(home.home), TRITON_INTERPRET="1", PYTHONPATH=pythonpath(*path),
-               AK_POOL_DIR=str(gate), AK_PACE="1", AUTOKERNEL_SANDBOX="0")
+               AUTOKERNEL_TEST_POOL_DIR=str(gate), AUTOKERNEL_TEST_PACE="1", AUTOKERNEL_SANDBOX="0")
     loop = [sys.executable, "-m", "autokernel", "loop", "--no-verify", "--json", "--timeout", "120"]
     log = open(tmp_path / "coordinator.log", "w")
     proc = subprocess.Popen(loop + pool_args + ["--model", "tiny", "--hours", "1"], env=env,
@@ -496,7 +497,7 @@ def judged_in_a_pool(home, tmp_path, pool_args: list[str], workers: int, kill_wo
     assert holder.restarts == 1 and holder.judged >= 1
 
     # the resume: the same pool (the run's own options), on judges four times faster
-    fin = subprocess.run(loop + ["--resume", str(run_id)], env=dict(env, AK_PACE="0.25"),
+    fin = subprocess.run(loop + ["--resume", str(run_id)], env=dict(env, AUTOKERNEL_TEST_PACE="0.25"),
                          capture_output=True, text=True, timeout=600)
     assert fin.returncode == 0, fin.stderr[-3000:]
     summary = json.loads(fin.stdout)
