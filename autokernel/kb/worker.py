@@ -78,6 +78,8 @@ def random_reference(prob, init: list, device: str, model_seed: int, inputs: lis
     Differences within the tolerance (a random initial state an LSTM forgets) are not counted."""
     import torch
 
+    from autokernel.kb.inputs import flat
+
     torch.manual_seed(model_seed)
     ref = prob.Model(*init).to(device)
     twin = _copy_or_none(ref)
