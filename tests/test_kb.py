@@ -435,6 +435,8 @@ def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp
     assert res.outcome == "incorrect" and "reference output is random" in res.extra["degenerate"]
     res = kb_worker.evaluate(counting, solution("return kernel_fn(x)"), timeout_s=60)
     assert res.outcome == "correct" and res.extra["degenerate"] is None, res.error
+    # each trial's reference replays the earlier trials first; timed outputs cannot be checked
+    assert res.latency_us and "stateful" in res.extra["timed_outputs"]
 
 
 def test_crash_and_missing_modelnew_are_results(kb_worker, problems):

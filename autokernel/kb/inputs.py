@@ -2,13 +2,15 @@
 
 Inputs always come from the problem file's get_inputs() under a seed, so they can be made again:
 the judge calls ModelNew first and only then makes the inputs once more and builds and runs the
-reference Model (under the construction seed, so it has ModelNew's weights). While ModelNew runs,
-no reference model, output or expected tensor exists for it to find. `Inputs.refill(i)` gives
+reference Model (under the construction seed, so it has ModelNew's weights; `Reference`). While
+ModelNew runs, no reference model, output or expected tensor exists for it to find. `Inputs.refill(i)` gives
 the same tensors the values of seed i in place (the same memory, new contents), which is how
 timing presents its repetitions: a result cached by address or by contents is never right there.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Iterable
 
 import torch
 
@@ -39,19 +41,63 @@ def clone(args) -> list:
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def reference_outputs(prob, init: list, device: str, model_seed: int, inputs: list):
-    """The problem's Model, built now under `model_seed` (ModelNew's weights), run on `inputs`;
-    its output (a tensor, or a tuple/list of them) detached."""
-    torch.manual_seed(model_seed)
-    ref = prob.Model(*init).to(device)
-    with torch.no_grad():
-        out = ref(*inputs)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    del ref
-    if isinstance(out, (tuple, list)):
-        return type(out)(o.detach() if isinstance(o, torch.Tensor) else o for o in out)
-    return out.detach() if isinstance(out, torch.Tensor) else out
+def _state(model) -> list:
+    """What a forward may change in a model: its buffers, and its modules' plain and tensor
+    attributes (a call counter, a cached tensor), copied."""
+    out: list = []
+    for m in model.modules():
+        out += [b.detach().clone() for b in m.buffers(recurse=False)]
+        for k, v in vars(m).items():
+            if isinstance(v, torch.Tensor):
+                out.append((k, v.detach().clone()))
+            elif not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None))):
+                out.append((k, v))
+    return out
+
+
+def _same_state(a: list, b: list) -> bool:
+    def same(x, y) -> bool:
+        if isinstance(x, tuple):
+            return isinstance(y, tuple) and x[0] == y[0] and same(x[1], y[1])
+        if isinstance(x, torch.Tensor):
+            return isinstance(y, torch.Tensor) and x.shape == y.shape and torch.equal(x, y)
+        return x == y
+
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+class Reference:
+    """The problem's Model for the candidate's calls in order: built anew for each, after that call,
+    under the construction seed (ModelNew's weights), and run on the call's inputs made again, so
+    that no reference model or output exists while the candidate runs. A stateful forward (a call
+    counter, BatchNorm's running statistics in training mode) shows at the first call; from then on
+    the reference first replays the inputs of the candidate's earlier calls, so it starts from the
+    state the candidate's model reached through the same calls (KernelBench calls one Model and one
+    ModelNew in step)."""
+
+    def __init__(self, prob, init: list, device: str, model_seed: int):
+        self.prob, self.init, self.device, self.model_seed = prob, init, device, model_seed
+        self.stateful: bool | None = None  # learnt at the first call
+
+    def outputs(self, inputs: list, earlier: Callable[[], Iterable[list]] = tuple):
+        """The reference's output (a tensor, or a tuple/list of them) detached, for a call on
+        `inputs` after calls on each of `earlier()` (replayed only when the forward is stateful)."""
+        torch.manual_seed(self.model_seed)
+        ref = self.prob.Model(*self.init).to(self.device)
+        with torch.no_grad():
+            if self.stateful:
+                for args in earlier():
+                    ref(*args)
+            before = _state(ref) if self.stateful is None else None
+            out = ref(*inputs)
+            if before is not None:
+                self.stateful = not _same_state(before, _state(ref))
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        del ref
+        if isinstance(out, (tuple, list)):
+            return type(out)(o.detach() if isinstance(o, torch.Tensor) else o for o in out)
+        return out.detach() if isinstance(out, torch.Tensor) else out
 
 
 class Inputs:

@@ -20,7 +20,7 @@ import time
 import torch
 
 from autokernel.bench.across_calls import Reservoir, Sampled, choose
-from autokernel.kb.inputs import Inputs, flat, reference_outputs, tolerance
+from autokernel.kb.inputs import Inputs, Reference, flat, tolerance
 
 WARMUP = 3
 REPS = 100
@@ -34,14 +34,20 @@ _baselines: dict = {}
 
 
 def kb_sampled(prob, init, device: str, model_seed: int, inputs: Inputs) -> Sampled:
-    """Sampled timed outputs of ModelNew, keyed by input seed index, against the problem's Model."""
+    """Sampled timed outputs of ModelNew, keyed by input seed index, against the problem's Model
+    (a stateless one: a call's output depends on its inputs alone)."""
+    reference = Reference(prob, init, device, model_seed)
+    reference.stateful = False
 
     def expected(i: int):
-        exact = reference_outputs(prob, init, device, model_seed, inputs.made(i))
+        exact = reference.outputs(inputs.made(i))
         floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
         return (exact, *tolerance(floats[0].dtype if floats else torch.float32))
 
     return Sampled(expected)
+
+
+STATEFUL = "not checked: the problem's Model is stateful (an output depends on every earlier call)"
 
 
 def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> dict:
@@ -104,14 +110,18 @@ def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, samp
 
 
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
-               cuda: bool) -> str | None:
+               cuda: bool, stateful: bool = False) -> str | None:
+    """`stateful`: the problem's Model changes with every call (the correctness trials found it),
+    so no timed output can be checked against a reference on its inputs alone; res.extra says so."""
     from autokernel.bench import judge as bj
 
     device = "cuda" if cuda else "cpu"
     inputs = Inputs(prob, device, seed + 7919)
+    if stateful:
+        res.extra["timed_outputs"] = STATEFUL
     if not cuda:
         bj.arm(max(1.0, deadline - time.monotonic() - 0.5))
-        sampled = kb_sampled(prob, init, device, seed, inputs)
+        sampled = None if stateful else kb_sampled(prob, init, device, seed, inputs)
         with torch.no_grad():
             t = time_cpu(new, inputs, sampled=sampled)
             key = (code, "cpu")
@@ -120,7 +130,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
                 ref = prob.Model(*init).to(device)
                 _baselines[key] = (time_cpu(ref, inputs)["median_us"], None)
                 del ref
-            why = sampled.verdict()
+            why = sampled.verdict() if sampled is not None else None
         bj.disarm()
         if why:
             return why
@@ -130,11 +140,11 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
         res.extra["timing"] = CPU_TIMING
         res.extra["compile"] = "not timed on the CPU"
         return None
-    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify)
+    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify, stateful)
 
 
 def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool, deadline: float,
-              notify) -> str | None:
+              notify, stateful: bool) -> str | None:
     from autokernel.bench import judge as bj
     from autokernel.bench.timing import COMPILE_MODE
 
@@ -171,7 +181,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
             notify({"extend_s": baseline_s - 2 * BASELINE_S})
     eager_us, comp_us, comp_err = _baselines[key]
     bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
-    sampled = kb_sampled(prob, init, "cuda", seed, inputs)
+    sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
         t = time_gpu(new, inputs, reps, sampled)
         if t["median_us"] * FLAG_SPEEDUP < eager_us:
@@ -179,7 +189,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
             res.extra["first_timing_us"] = t["median_us"]
             t = t2
             res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
-        why = sampled.verdict()
+        why = sampled.verdict() if sampled is not None else None
     bj.disarm()
     if why:
         return why

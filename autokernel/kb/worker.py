@@ -177,7 +177,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
     from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
-    from autokernel.kb.inputs import Inputs, flat, reference_outputs, to_device, tolerance
+    from autokernel.kb.inputs import Inputs, Reference, flat, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
 
@@ -229,6 +229,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             recording = record_launches()
             recording.__enter__()
         trial_inputs = Inputs(prob, device, seed)
+        reference = Reference(prob, init, device, seed)
         for trial in range(TRIALS):
             args = trial_inputs.refill(trial)  # the same tensors every trial, new values
             if cuda:
@@ -245,7 +246,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 check_no_alias([o for o in flat(out) if isinstance(o, torch.Tensor)], args)
                 fresh = trial_inputs.made(trial)  # after the call: the inputs again, then the reference
                 check_inputs_unchanged(fresh, args)
-                exact = reference_outputs(prob, init, device, seed, fresh)
+                exact = reference.outputs(fresh, lambda: (trial_inputs.made(s) for s in range(trial)))
                 floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
                 out_dtype = floats[0].dtype if floats else torch.float32
                 why = watch.downcast(out_dtype)
@@ -284,7 +285,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         bj.disarm()
         if req.get("timing", True):
             stage = "timing"
-            why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda)
+            why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda,
+                                    stateful=bool(reference.stateful))
             changed = CHANGED(snapshot)
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
