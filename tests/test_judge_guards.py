@@ -177,3 +177,22 @@ def test_gpu_share_weighs_kernel_time_and_ignores_fills():
     assert share == pytest.approx(0.75) and "reduce_kernel" in what
     assert "75% of its GPU time" in share_reason(share, what, on_gpu=True)
     assert gpu_share([("_row_sum", 10.0)], lambda n: is_foreign(n, pats))[0] == 0.0
+
+
+def test_integrity_takes_dynamos_builtins_global_as_no_change(monkeypatch):
+    """torch.compile of the problem's Model stores the module's builtins dict in its globals
+    (__builtins_dict___0): benign; anything else under that name is a change."""
+    import builtins
+    import sys
+    import types
+
+    from autokernel.bench.integrity import judge_snapshot
+
+    prob = types.ModuleType("kb_problem_test")
+    exec("def forward(x):\n    return abs(x)\n", prob.__dict__)
+    monkeypatch.setitem(sys.modules, prob.__name__, prob)  # as the judge loads a problem
+    snap = judge_snapshot(extra_modules=[prob])
+    prob.__dict__["__builtins_dict___0"] = builtins.__dict__
+    assert snap.changed() is None
+    prob.__dict__["__builtins_dict___1"] = {"abs": lambda x: x}
+    assert "__builtins_dict___1" in (snap.changed() or "")

@@ -240,6 +240,16 @@ def test_inplace_activation_on_an_intermediate_runs_out_of_place(home):
     assert "ReLU6" not in sol.kept and "Hardtanh" in sol.kept
 
 
+def test_groups_computing_the_same_share_one_fused_kernel(home):
+    """L3's repeated blocks (DenseNet201: 103 groups, 2 kernels) and L3 34's unrolled RNN steps."""
+    p = problem("class Model(nn.Module):\n    def forward(self, x, y):\n"
+                "        return (torch.relu(x) * 2.0 + 1.0) @ (torch.relu(y) * 2.0 + 1.0)",
+                "[torch.randn(5, 8), torch.randn(8, 3)]")
+    sol, _, _ = run(p, trials=1)
+    assert sol.fused == 2 and sol.source.count("@triton.jit\ndef _kb_fused_") == 1
+    assert sol.source.count("_kb_fused_0(") == 3 and "_kb_fused_1" not in sol.source  # its def and two calls
+
+
 def test_tensor_made_from_a_number_in_forward_is_written_out(home):
     """L2 31: torch.min(x, torch.tensor(self.c)) leaves the constant on the traced module only."""
     p = problem("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"

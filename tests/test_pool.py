@@ -445,8 +445,8 @@ def judged_in_a_pool(home, tmp_path, pool_args: list[str], workers: int, kill_wo
             "raise ImportError('ray imported without --ray')\n")
         path.append(tmp_path / "noray")
     # no sandbox: the test's candidates report to it through files in the gate folder, under their own
-    # pids (the sandbox makes that folder read-only and gives pids of its own); the judge children keep
-    # only allowlisted variables (bench/isolation.py), AUTOKERNEL_* among them
+    # pids (the sandbox makes that folder read-only and gives pids of its own); the variables are
+    # AUTOKERNEL_-prefixed because a judge child inherits only allowlisted ones
     env = dict(os.environ, AUTOKERNEL_HOME=str(home.home), TRITON_INTERPRET="1", PYTHONPATH=pythonpath(*path),
                AUTOKERNEL_TEST_POOL_DIR=str(gate), AUTOKERNEL_TEST_PACE="1", AUTOKERNEL_SANDBOX="0")
     loop = [sys.executable, "-m", "autokernel", "loop", "--no-verify", "--json", "--timeout", "120"]

@@ -152,7 +152,7 @@ class Snapshot:
         for label, ns, names, modules_ok in self._keysets:
             if len(ns) != len(names):  # same size: any new name took a recorded one's place, seen above
                 extra = [k for k in ns.keys() - names
-                         if not (modules_ok and isinstance(ns[k], types.ModuleType))]
+                         if not (modules_ok and isinstance(ns[k], types.ModuleType)) and not _dynamo_builtins(k, ns[k])]
                 if extra:
                     return f"{label} (a new attribute {sorted(extra)[0]!r})"
         for label, live, saved in self._data:
@@ -187,6 +187,13 @@ def _cell_value(cell):
 
 
 _dynamo_code: list = []
+
+
+def _dynamo_builtins(name: str, value) -> bool:
+    """Dynamo, compiling a function of a module (the judge's torch.compile baseline of the problem's
+    Model), stores the module's builtins in its globals as __builtins_dict___N; only the real
+    builtins dict under that name is benign (anything else there would be read by compiled code)."""
+    return name.startswith("__builtins_dict__") and value is builtins.__dict__
 
 
 def _dynamo_wrapper(now: Any, was: Any) -> bool:

@@ -11,9 +11,9 @@ from autokernel.kb.fx_nodes import node_shape
 from autokernel.kb.source_pieces import OP_EXPR, _kb_block
 
 
-def fused_kernel(gid: int, g: dict, ew: dict) -> str:
+def fused_kernel(gid: int | str, g: dict, ew: dict) -> str:
     """One Triton kernel computing a group of elementwise ops in registers (one read of each
-    input, one write), and its launcher."""
+    input, one write), and its launcher, named _kb_fused_{gid}."""
     from torch import fx
 
     var = {}
