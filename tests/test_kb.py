@@ -418,8 +418,10 @@ def test_degenerate_problem_is_marked(kb_worker, problems):
 
 def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp_path, home):
     """L2 66 / 83: dropout in training mode draws other values on every call, so no candidate can
-    match it; a forward that counts its calls is not random (each trial builds the reference anew,
-    the check's copy starts from the same state)."""
+    match it; a forward that counts its calls is not random (the check's copy starts from the same
+    state), and is judged as KernelBench calls it, Model and ModelNew in step: each trial's reference,
+    built anew after the candidate's call, first replays the earlier trials (kb/inputs.Reference), so
+    a ModelNew that counts its calls too is correct."""
     from autokernel.kb.problems import load_problems
 
     body = "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.calls = 0\n\n" \
@@ -433,10 +435,13 @@ def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp
     res = kb_worker.evaluate(random_p, solution("return nn.functional.dropout(kernel_fn(x), 0.5, training=True)"),
                              timeout_s=60)
     assert res.outcome == "incorrect" and "reference output is random" in res.extra["degenerate"]
-    res = kb_worker.evaluate(counting, solution("return kernel_fn(x)"), timeout_s=60)
+    res = kb_worker.evaluate(counting, solution("self.cache = (self.cache or 0) + 1\nreturn kernel_fn(x) * self.cache"),
+                             timeout_s=60)
     assert res.outcome == "correct" and res.extra["degenerate"] is None, res.error
     # each trial's reference replays the earlier trials first; timed outputs cannot be checked
     assert res.latency_us and "stateful" in res.extra["timed_outputs"]
+    res = kb_worker.evaluate(counting, solution("return kernel_fn(x)"), timeout_s=60)  # forgets the count
+    assert res.outcome == "incorrect" and "trial 2/5" in res.error, res.error
 
 
 def test_crash_and_missing_modelnew_are_results(kb_worker, problems):
