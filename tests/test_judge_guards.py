@@ -61,6 +61,28 @@ def test_integrity_sees_a_python_kernel_for_an_aten_op(snapshot):
     assert torch.relu(torch.tensor([-1.0, 2.0])).tolist() == [0.0, 2.0]  # the real kernel is back
 
 
+def test_integrity_takes_a_warning_issued_in_a_watched_module_as_no_change(snapshot):
+    """A warning attributed to a module records itself there (__warningregistry__): L3 28's Model
+    builds nn.TransformerEncoder, which warns from the problem's module."""
+    import warnings
+
+    import autokernel.bench.checks as checks
+
+    assert "__warningregistry__" not in vars(checks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        exec(compile("import warnings\nwarnings.warn('nested tensors off', UserWarning)", "<problem>", "exec"),
+             vars(checks))
+    try:
+        assert "__warningregistry__" in vars(checks) and snapshot.changed() is None
+        checks.__dict__["extra_flag"] = 1  # any other new name is still seen
+        assert snapshot.changed() == "autokernel.bench.checks (a new attribute 'extra_flag')"
+    finally:
+        vars(checks).pop("extra_flag", None)
+        vars(checks).pop("__warningregistry__", None)
+    assert snapshot.changed() is None
+
+
 def test_integrity_takes_torch_dynamo_wrapping_manual_seed_as_no_change(snapshot):
     import torch._dynamo  # noqa: F401  (rebinds torch.manual_seed to a disable-dynamo wrapper of it)
 

@@ -151,8 +151,11 @@ class Snapshot:
                     return f"{label} (a closure variable)"
         for label, ns, names, modules_ok in self._keysets:
             if len(ns) != len(names):  # same size: any new name took a recorded one's place, seen above
+                # __warningregistry__: the warnings machinery's record in the module a warning was
+                # attributed to (a problem's Model.__init__ building nn.TransformerEncoder, L3 28)
                 extra = [k for k in ns.keys() - names
-                         if not (modules_ok and isinstance(ns[k], types.ModuleType)) and not _dynamo_builtins(k, ns[k])]
+                         if not (modules_ok and isinstance(ns[k], types.ModuleType))
+                         and not _dynamo_builtins(k, ns[k]) and k != "__warningregistry__"]
                 if extra:
                     return f"{label} (a new attribute {sorted(extra)[0]!r})"
         for label, live, saved in self._data:
