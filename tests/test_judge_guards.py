@@ -218,3 +218,18 @@ def test_integrity_takes_dynamos_builtins_global_as_no_change(monkeypatch):
     assert snap.changed() is None
     prob.__dict__["__builtins_dict___1"] = {"abs": lambda x: x}
     assert "__builtins_dict___1" in (snap.changed() or "")
+
+
+def test_convolutions_by_op_and_kernel_name():
+    from autokernel.bench.share import gpu_share, is_convolution
+
+    for conv in ["conv2d", "convolution", "conv_transpose3d", "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32",
+                 "cudnn::conv2d_grouped_direct_kernel", "implicit_convolve_sgemm", "xmma_cudnn_winograd"]:
+        assert is_convolution(conv), conv
+    for other in ["matmul", "sm90_xmma_gemm_bf16bf16_bf16f32", "ampere_sgemm_128x64_nn", "relu", "add"]:
+        assert not is_convolution(other), other
+    kernels = [("sm90_xmma_fprop_implicit_gemm", 90.0), ("ampere_sgemm_128x64_nn", 5.0), ("_own_relu", 5.0)]
+    share, _ = gpu_share(kernels, lambda n: "gemm" in n or "fprop" in n)
+    assert share == pytest.approx(0.95)
+    share, what = gpu_share(kernels, lambda n: "gemm" in n or "fprop" in n, is_convolution)
+    assert share == pytest.approx(0.5) and "sgemm" in what

@@ -672,3 +672,52 @@ def test_every_sample_problem_starts_correct(kb_worker, home):
     assert outcomes[(4, 1)][0] == KIND_TORCH and outcomes[(4, 1)][2] == "cheat"
     assert outcomes[(1, 10)][1] == 1 and outcomes[(2, 1)][1] == 1
     assert outcomes[(2, 6)][1] == 1 and outcomes[(2, 6)][4] == "rmsnorm"
+
+
+CONV_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def get_inputs():
+    return [torch.randn(1, 3, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CONV_THEN_OWN_RELU = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return kernel_fn(self.conv(x).contiguous())
+'''
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_levels_2_and_3_may_leave_convolutions_to_cudnn(kb_worker, level):
+    """A conv + ReLU problem solved as cuDNN's convolution and an own ReLU kernel: on level 2 the
+    convolution is left out of the library share (KernelBench's fused problems keep it, the rest
+    fused around it); on level 1 the same file is the library doing 93% of the work."""
+    from autokernel.kb.problems import Problem
+
+    prob = Problem("checkout", level, 901, "conv_relu", CONV_RELU)
+    res = kb_worker.evaluate(prob, CONV_THEN_OWN_RELU, timeout_s=120, timing=False)
+    if level == 2:
+        assert res.outcome == "correct", res.error
+        assert res.extra["library_share"] == 0.0
+    else:
+        assert res.outcome == "cheat" and "library/torch ops did" in res.error and "conv" in res.error, res.error

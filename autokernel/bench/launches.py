@@ -213,17 +213,19 @@ def cheat_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: 
     return "never launched a triton.jit function of its own file"
 
 
-def library_share(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool) -> tuple[float, str]:
-    """(the library's share of the candidate's work so far, what did it): share.py."""
+def library_share(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool,
+                  exempt=None) -> tuple[float, str]:
+    """(the library's share of the candidate's work so far, what did it): share.py. Work `exempt`
+    accepts (a kernel or op name) is left out of both sides."""
     if on_gpu:
-        return gpu_share(launches.gpu_times, lambda n: is_foreign(n, library_patterns))
-    return cpu_share(launches.meter)
+        return gpu_share(launches.gpu_times, lambda n: is_foreign(n, library_patterns), exempt)
+    return cpu_share(launches.meter, exempt)
 
 
 def library_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool,
-                   max_share: float = MAX_SHARE) -> str | None:
+                   max_share: float = MAX_SHARE, exempt=None) -> str | None:
     """Why the candidate is a library call by its work's share (share.py), or None."""
-    share, what = library_share(launches, library_patterns, on_gpu)
+    share, what = library_share(launches, library_patterns, on_gpu, exempt)
     return share_reason(share, what, on_gpu, max_share)
 
 

@@ -123,22 +123,37 @@ class TorchWork(TorchFunctionMode):
         return out
 
 
-def cpu_share(meter: WorkMeter) -> tuple[float, str]:
-    """(library share of the work, what did it) under the interpreter."""
-    foreign = sum(meter.foreign.values())
+# Convolutions a KernelBench start may leave to cuDNN on levels 2 and 3 (the rest fused around them):
+# torch op names under the interpreter, and substrings of cuDNN's convolution kernel names on a GPU.
+CONV_OPS = ("conv",)
+CONV_KERNELS = ("conv", "fprop", "dgrad", "wgrad", "implicit_gemm", "implicit_convolve", "im2col", "winograd")
+
+
+def is_convolution(name: str) -> bool:
+    """A torch op or GPU kernel that is a convolution (CONV_OPS / CONV_KERNELS)."""
+    low = name.lower()
+    return low.startswith(CONV_OPS) or any(p in low for p in CONV_KERNELS)
+
+
+def cpu_share(meter: WorkMeter, exempt=None) -> tuple[float, str]:
+    """(library share of the work, what did it) under the interpreter; ops `exempt` accepts count
+    neither as library nor as own work."""
+    foreign_ops = {k: v for k, v in meter.foreign.items() if exempt is None or not exempt(k)}
+    foreign = sum(foreign_ops.values())
     total = foreign + meter.own
     if total <= 0:
         return 0.0, ""
-    top = sorted(meter.foreign.items(), key=lambda kv: -kv[1])[:4]
+    top = sorted(foreign_ops.items(), key=lambda kv: -kv[1])[:4]
     return foreign / total, ", ".join(f"torch {k} {v / total:.0%}" for k, v in top)
 
 
-def gpu_share(kernels: list[tuple[str, float]], is_foreign) -> tuple[float, str]:
-    """(library share of the GPU time, what did it) from (kernel name, microseconds) pairs."""
+def gpu_share(kernels: list[tuple[str, float]], is_foreign, exempt=None) -> tuple[float, str]:
+    """(library share of the GPU time, what did it) from (kernel name, microseconds) pairs; kernels
+    `exempt` accepts count neither as library nor as own work."""
     foreign: dict[str, float] = {}
     own = 0.0
     for name, us in kernels:
-        if any(f in name for f in _FILL_KERNELS):
+        if any(f in name for f in _FILL_KERNELS) or (exempt is not None and exempt(name)):
             continue
         if is_foreign(name):
             foreign[name] = foreign.get(name, 0.0) + us

@@ -39,7 +39,8 @@ class KBWorker(BenchWorker):
         except KernelFileError as exc:
             return BenchResult(kernel_type="kb", backend="triton", outcome=COMPILE_ERROR, error=exc.one_line(),
                                duration_s=time.monotonic() - t0)
-        payload = {"op": "kb", "problem_code": problem.code, "problem_name": problem.label(), "source": source,
+        payload = {"op": "kb", "problem_code": problem.code, "problem_name": problem.label(),
+                   "level": problem.level, "source": source,
                    "quick": quick, "timeout_s": timeout_s, "timing": timing, "seed": seed,
                    "gpu_compile": gpu_compile}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")

@@ -96,6 +96,17 @@ def random_reference(prob, init: list, device: str, model_seed: int, inputs: lis
     return None
 
 
+def conv_exempt(level):
+    """What the library share leaves out on this level: on levels 2 and 3 (operator sequences and
+    whole networks) a solution may keep cuDNN's convolutions and fuse the rest around them, as
+    KernelBench allows; the rest of the work is held to MAX_SHARE as everywhere. On level 1 (one
+    operator per problem) and for problems of unknown level, nothing: a lone convolution left to
+    cuDNN beside a kernel for show is the library doing the problem."""
+    from autokernel.bench.share import is_convolution
+
+    return is_convolution if level in (2, 3) else None
+
+
 def library_patterns() -> tuple[str, ...]:
     from autokernel.kernels import KERNEL_TYPES, get_spec
 
@@ -108,9 +119,10 @@ def library_patterns() -> tuple[str, ...]:
 class Trial:
     """What one call of ModelNew is watched with; `why()` after it: a cheat's reason or None."""
 
-    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool):
+    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool, exempt=None):
         from autokernel.kb.guards import DtypeSpy, ReferenceGuard
 
+        self.exempt = exempt  # work left out of the library share (conv_exempt)
         self.guard, self.spy = ReferenceGuard(prob.Model), DtypeSpy(mod_name)
         self.mod_name, self.launches, self.snapshot, self.cuda, self.profile = mod_name, launches, snapshot, cuda, profile
 
@@ -150,7 +162,7 @@ class Trial:
         why = cheat_reason(self.launches, library_patterns(), self.cuda) or self.guard.reason()
         if why:
             return f"own-kernel check: {why}"
-        return library_reason(self.launches, library_patterns(), self.cuda, MAX_SHARE)
+        return library_reason(self.launches, library_patterns(), self.cuda, MAX_SHARE, self.exempt)
 
     def downcast(self, out_dtype) -> str | None:
         import torch
@@ -235,7 +247,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             if cuda:
                 poison_cuda_cache(sizes or [a.numel() * a.element_size() for a in args
                                             if isinstance(a, torch.Tensor)], device)
-            watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1))
+            watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1),
+                          exempt=conv_exempt(req.get("level")))
             try:
                 out = watch.call(new, args)
                 if trial == 0:
@@ -273,7 +286,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             sizes = [t.numel() * t.element_size() for t in flat(exact) if isinstance(t, torch.Tensor)]
             del out, outs, exact, fresh
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
-        res.extra["library_share"] = round(library_share(launches, library_patterns(), cuda)[0], 4)
+        res.extra["library_share"] = round(
+            library_share(launches, library_patterns(), cuda, conv_exempt(req.get("level")))[0], 4)
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
         res.dtype = str(out_dtype).replace("torch.", "")
