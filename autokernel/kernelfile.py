@@ -169,13 +169,31 @@ def _assignment(name: str) -> re.Pattern:
     return re.compile(rf"^{re.escape(name)}\s*=\s*[^\n#]*?(\s*#[^\n]*)?$", re.MULTILINE)
 
 
+def _rewrite_multiline(source: str, name: str, value: Any) -> str | None:
+    """`name = value` in place of a module-level assignment to `name` that spans several lines (a
+    per-shape table written out by a benchmark), or None when there is none."""
+    lines = source.splitlines(keepends=True)
+    for node in pyast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name and node.col_offset == 0:
+            tail = lines[node.end_lineno - 1][node.end_col_offset:]  # a comment after it, the newline
+            return "".join(lines[:node.lineno - 1]) + f"{name} = {value!r}{tail}" + "".join(lines[node.end_lineno:])
+    return None
+
+
 def with_config(source: str, config: dict[str, Any]) -> str:
     """Rewrite the tunables' assignment lines; everything else in the file stays byte for byte."""
     out = source
+    # the regex below would take only the first line of an assignment that spans several
+    multiline = {n.targets[0].id for n in pyast.parse(source).body
+                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                 and n.end_lineno > n.lineno}
     for name, value in config.items():
-        new, n = _assignment(name).subn(lambda m: f"{name} = {value!r}{m.group(1) or ''}", out, count=1)
-        if n != 1:
-            raise KernelFileError(f"tunable {name} has no single-line module-level assignment to rewrite")
+        new = _rewrite_multiline(out, name, value) if name in multiline else None
+        if new is None:
+            new, n = _assignment(name).subn(lambda m: f"{name} = {value!r}{m.group(1) or ''}", out, count=1)
+            if n != 1:
+                raise KernelFileError(f"tunable {name} has no module-level assignment to rewrite")
         out = new
     return out
 
