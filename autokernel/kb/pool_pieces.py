@@ -41,20 +41,23 @@ def _kb_pool_kernel(x_ptr, y_ptr, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, p
     count = tl.zeros([BH, BW], tl.float32)
     for kd in range(0, KD):
         i_d = d0 + kd * dd
-        d_ok = (i_d >= 0) & (i_d < D)
-        for kh in range(0, KH):
-            i_h = h0 + kh * dh
-            row = live & d_ok & ((i_h >= 0) & (i_h < H))[:, None]
-            base = (i_d * H + i_h) * W
-            for kw in range(0, KW):
-                i_w = w0 + kw * dw
-                inside = row & ((i_w >= 0) & (i_w < W))[None, :]
-                v = tl.load(xp + base[:, None] + i_w[None, :], mask=inside, other=float("-inf") if IS_MAX else 0.0)
-                if IS_MAX:
-                    acc = tl.maximum(acc, v.to(tl.float32))
-                else:
-                    acc += v.to(tl.float32)
-                    count += inside.to(tl.float32)
+        # a depth outside the input is skipped by a branch, not folded into the masks as a scalar:
+        # Triton 3.9's interpreter rejects a mask built from a scalar and a block
+        if (i_d >= 0) & (i_d < D):
+            for kh in range(0, KH):
+                i_h = h0 + kh * dh
+                row = live & ((i_h >= 0) & (i_h < H))[:, None]
+                base = (i_d * H + i_h) * W
+                for kw in range(0, KW):
+                    i_w = w0 + kw * dw
+                    inside = row & ((i_w >= 0) & (i_w < W))[None, :]
+                    v = tl.load(xp + base[:, None] + i_w[None, :], mask=inside,
+                                other=float("-inf") if IS_MAX else 0.0)
+                    if IS_MAX:
+                        acc = tl.maximum(acc, v.to(tl.float32))
+                    else:
+                        acc += v.to(tl.float32)
+                        count += inside.to(tl.float32)
     if not IS_MAX:
         if divisor > 0:
             acc = acc / divisor
