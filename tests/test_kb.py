@@ -721,3 +721,46 @@ def test_levels_2_and_3_may_leave_convolutions_to_cudnn(kb_worker, level):
         assert res.extra["library_share"] == 0.0
     else:
         assert res.outcome == "cheat" and "library/torch ops did" in res.error and "conv" in res.error, res.error
+
+
+MATMUL_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        return torch.relu(x @ self.w)
+
+
+def get_inputs():
+    return [torch.randn(32, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+MATMUL_AS_CONV = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        y = torch.nn.functional.conv2d(x[:, :, None, None], self.w.t()[:, :, None, None])[:, :, 0, 0]
+        return kernel_fn(y.contiguous())
+'''
+
+
+def test_a_gemm_done_as_a_convolution_is_library_work_even_on_level_2(kb_worker):
+    """The convolution exemption holds only where the problem itself convolves."""
+    from autokernel.kb.problems import Problem
+
+    prob = Problem("checkout", 2, 902, "matmul_relu", MATMUL_RELU)
+    res = kb_worker.evaluate(prob, MATMUL_AS_CONV, timeout_s=120, timing=False)
+    assert res.outcome == "cheat" and "library/torch ops did" in res.error, res.error

@@ -96,15 +96,16 @@ def random_reference(prob, init: list, device: str, model_seed: int, inputs: lis
     return None
 
 
-def conv_exempt(level):
+def conv_exempt(level, problem_code: str = ""):
     """What the library share leaves out on this level: on levels 2 and 3 (operator sequences and
     whole networks) a solution may keep cuDNN's convolutions and fuse the rest around them, as
     KernelBench allows; the rest of the work is held to MAX_SHARE as everywhere. On level 1 (one
     operator per problem) and for problems of unknown level, nothing: a lone convolution left to
-    cuDNN beside a kernel for show is the library doing the problem."""
+    cuDNN beside a kernel for show is the library doing the problem. Nor where the problem itself
+    has no convolution: a GEMM done as a 1x1 convolution would otherwise be exempt library work."""
     from autokernel.bench.share import is_convolution
 
-    return is_convolution if level in (2, 3) else None
+    return is_convolution if level in (2, 3) and "conv" in problem_code.lower() else None
 
 
 def library_patterns() -> tuple[str, ...]:
@@ -216,6 +217,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     try:
         bj.arm(timeout_s)
         code = req["problem_code"]
+        exempt = conv_exempt(req.get("level"), code)  # work the library share leaves out
         prob = load_source(code, "kb_problem_" + hashlib.sha256(code.encode()).hexdigest()[:16])
         snapshot = judge_snapshot(extra_modules=[prob])
         kf = parse_source(req["source"])
@@ -248,7 +250,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 poison_cuda_cache(sizes or [a.numel() * a.element_size() for a in args
                                             if isinstance(a, torch.Tensor)], device)
             watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1),
-                          exempt=conv_exempt(req.get("level")))
+                          exempt=exempt)
             try:
                 out = watch.call(new, args)
                 if trial == 0:
@@ -287,7 +289,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             del out, outs, exact, fresh
         res.stages.append(StageVerdict("smoke", "pass", f"{TRIALS} trials on fresh inputs", max_abs, max_rel))
         res.extra["library_share"] = round(
-            library_share(launches, library_patterns(), cuda, conv_exempt(req.get("level")))[0], 4)
+            library_share(launches, library_patterns(), cuda, exempt)[0], 4)
         res.extra.update(degenerate=degenerate, max_abs_err=max_abs, max_rel_err=max_rel,
                          dtype=str(out_dtype).replace("torch.", ""))
         res.dtype = str(out_dtype).replace("torch.", "")
