@@ -220,6 +220,40 @@ def test_integrity_takes_dynamos_builtins_global_as_no_change(monkeypatch):
     assert "__builtins_dict___1" in (snap.changed() or "")
 
 
+def test_integrity_adopts_the_globals_a_real_torch_compile_installs(monkeypatch):
+    """torch.compile of a problem's function installs __compiled_fn_N_<uuid> (and friends) in the
+    problem module's globals: no change; rebinding one afterwards (the compiled baseline made slow)
+    is one, and so is a planted __import_ alias whose value is not the real module."""
+    import sys
+    import types
+
+    import torch
+
+    from autokernel.bench.integrity import judge_snapshot
+
+    prob = types.ModuleType("kb_problem_dynamo")
+    exec("import torch\ndef forward(x):\n    return torch.relu(x) * 2\n", prob.__dict__)
+    monkeypatch.setitem(sys.modules, prob.__name__, prob)
+    snap = judge_snapshot(extra_modules=[prob])
+    torch._dynamo.reset()
+    out = torch.compile(prob.forward, backend="eager")(torch.arange(-2.0, 2.0))
+    assert out.tolist() == [0.0, 0.0, 0.0, 2.0]
+    installed = [k for k in vars(prob) if k.startswith("__compiled_fn")]
+    assert installed, sorted(vars(prob))
+    assert snap.changed() is None
+    prob.__dict__[installed[0]] = lambda *a: None
+    assert installed[0] in (snap.changed() or "")
+    prob.__dict__[installed[0]] = vars(prob)[installed[0]]  # (still the fake: stays a change)
+    assert snap.changed() is not None
+
+    snap2 = judge_snapshot(extra_modules=[prob])
+    prob.__dict__["__import_torch_dot_nn"] = types.ModuleType("torch.nn")
+    assert "__import_torch_dot_nn" in (snap2.changed() or "")
+    prob.__dict__["__import_torch_dot_nn"] = torch.nn
+    assert snap2.changed() is None
+    torch._dynamo.reset()
+
+
 def test_convolutions_by_op_and_kernel_name():
     from autokernel.bench.share import gpu_share, is_convolution
 

@@ -345,3 +345,27 @@ def test_triton_row_major_b_reads_columns_rounded_up_to_16(tmp_path, monkeypatch
     assert mod._load_cols(torch.zeros(kk, n)) == n  # row stride 77: no room between rows
     assert mod._load_cols(torch.zeros(kk, 96)[:, :n].t().contiguous().t()) == n  # column-major
     assert mod._load_cols(torch.zeros(kk, 96)[:, :n]) == 80
+
+
+def test_triton_repeated_calls_reuse_one_prepared_plan(tmp_path, monkeypatch):
+    """The host work of a call is done once per (shapes, strides, dtype, device): a repeated call
+    launches the same kernel with the same grid and arguments but the tensors; other strides (B given
+    as a transpose) or another dtype get a plan of their own, and every result is right."""
+    mod = K.load("triton", {"SPLIT_K": "off"}, tmp_path)
+    seen = _spy_launches(mod, monkeypatch)
+    gen = K.gen(35)
+    dtype = torch.float16  # (float32 copies a K-major B first: FP32_B_LAYOUT)
+    a, b = K.make({"M": 33, "N": 48, "K": 64}, dtype, gen)
+    for _ in range(3):
+        a.normal_(generator=gen)
+        check(mod.kernel_fn(a, b), (a, b), dtype)
+    assert len(mod._PLANS) == 1
+    ints = [tuple(x for x in args if not isinstance(x, torch.Tensor)) for _, _, args in seen]
+    assert len(seen) == 3 and len(set(ints)) == 1 and len({g for _, g, _ in seen}) == 1
+    bt = b.contiguous() if b.stride(0) == 1 else b.t().contiguous().t()  # same values, the other layout
+    check(mod.kernel_fn(a, bt), (a, bt), dtype)
+    assert len(mod._PLANS) == 2 and seen[-1][2][8:10] != seen[0][2][8:10]  # B's strides as the kernel reads them
+    other = [d for d in CPU_DTYPES if d != dtype][0]
+    a2, b2 = a.to(other), b.to(other)
+    check(mod.kernel_fn(a2, b2), (a2, b2), other)
+    assert len(mod._PLANS) == 3

@@ -149,15 +149,21 @@ class Snapshot:
             for c, v in zip(fn.__closure__ or (), cells):
                 if (c.cell_contents if _cell_full(c) else _MISSING) is not v:
                     return f"{label} (a closure variable)"
-        for label, ns, names, modules_ok in self._keysets:
+        for i, (label, ns, names, modules_ok) in enumerate(self._keysets):
             if len(ns) != len(names):  # same size: any new name took a recorded one's place, seen above
                 # __warningregistry__: the warnings machinery's record in the module a warning was
                 # attributed to (a problem's Model.__init__ building nn.TransformerEncoder, L3 28)
-                extra = [k for k in ns.keys() - names
-                         if not (modules_ok and isinstance(ns[k], types.ModuleType))
-                         and not _dynamo_builtins(k, ns[k]) and k != "__warningregistry__"]
+                new = ns.keys() - names
+                extra = [k for k in new
+                         if not (modules_ok and isinstance(ns[k], types.ModuleType) and not k.startswith("__"))
+                         and not dynamo_global(k, ns[k]) and k != "__warningregistry__"]
                 if extra:
                     return f"{label} (a new attribute {sorted(extra)[0]!r})"
+                # Dynamo's globals are adopted as they first appear: rebinding one later (its compiled
+                # code reads it: a compiled baseline made slow) is then a change like any other
+                adopted = [k for k in new if dynamo_global(k, ns[k])]
+                self._names += [(f"{label}.{k}", ns, k, ns[k]) for k in adopted]
+                self._keysets[i] = (label, ns, names | frozenset(adopted), modules_ok)
         for label, live, saved in self._data:
             if live != saved:
                 return f"{label} (its contents)"
@@ -192,11 +198,20 @@ def _cell_value(cell):
 _dynamo_code: list = []
 
 
-def _dynamo_builtins(name: str, value) -> bool:
-    """Dynamo, compiling a function of a module (the judge's torch.compile baseline of the problem's
-    Model), stores the module's builtins in its globals as __builtins_dict___N; only the real
-    builtins dict under that name is benign (anything else there would be read by compiled code)."""
-    return name.startswith("__builtins_dict__") and value is builtins.__dict__
+def dynamo_global(name: str, value) -> bool:
+    """Whether a new global of a module is one Dynamo installs while compiling a function of it (the
+    judge's torch.compile baseline of the problem's Model): what its transformed code reads,
+    __compiled_fn_N_<uuid>, __resume_at_..., __builtins_dict___N, __import_<module>, ... Such names
+    start with "__" and do not end with it: a dunder (__getattr__) would change the module, and none
+    of them can shadow a builtin. The builtins dict and imported modules are checked by value, since
+    Dynamo reuses such a name when it is already there (a planted fake module would be read)."""
+    if not name.startswith("__") or name.endswith("__"):
+        return False
+    if name.startswith("__builtins_dict__"):
+        return value is builtins.__dict__
+    if name.startswith("__import_"):
+        return value is sys.modules.get(name[len("__import_"):].replace("_dot_", "."))
+    return True
 
 
 def _dynamo_wrapper(now: Any, was: Any) -> bool:
