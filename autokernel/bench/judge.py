@@ -29,11 +29,13 @@ from autokernel.bench.stages import STAGE_FUNCS, StageContext
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
 from autokernel.kernels.spec import dtype_name
+from autokernel.textfmt import tail
 
 # Share of the candidate's time limit each stage may use at most (what is left bounds it too);
 # smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
 STAGE_SHARE = {"smoke": 0.7, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
 FLAG_SPEEDUP = 10.0
+ERROR_CHARS = 3000  # what a verdict keeps of a crash's traceback (its end)
 BASELINE_S = 240.0  # eager + torch.compile of the reference per shape, and the ceilings, on a cold cache
 
 
@@ -67,10 +69,6 @@ def environment() -> dict:
     info["interpreted"] = not torch.cuda.is_available()
     info["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     return info
-
-
-def tail_text(text: str, n: int = 3000) -> str:
-    return text if len(text) <= n else "..." + text[-n:]
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -259,7 +257,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         elif isinstance(exc, KernelFileError):
             res.error = exc.one_line()
         else:
-            res.error = tail_text(f"{stage}: " + "".join(traceback.format_exception(exc)))
+            res.error = tail(f"{stage}: " + "".join(traceback.format_exception(exc)), ERROR_CHARS)
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
