@@ -92,6 +92,11 @@ class BenchWorker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> Optional[int]:
+        """The child's process id (None before it starts or after close)."""
+        return self._proc.pid if self._proc is not None else None
+
     def close(self) -> None:
         if self.alive():
             try:
