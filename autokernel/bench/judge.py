@@ -15,6 +15,7 @@ import signal
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -155,17 +156,55 @@ def _no_notify(msg: dict) -> None:
     pass
 
 
+def end_judgement(old_handler, cuda: bool, recording=None, empty_cache: bool = False) -> bool:
+    """What ends every judgement, whatever happened in it: the alarm off, the launch recording
+    closed, SIGALRM's handler back, the device synchronized. True when the device is broken (the
+    worker must restart)."""
+    disarm()
+    if recording is not None:
+        recording.__exit__(None, None, None)
+    signal.signal(signal.SIGALRM, old_handler)
+    if cuda:
+        try:
+            torch.cuda.synchronize()
+            if empty_cache:
+                torch.cuda.empty_cache()
+        except Exception:
+            return True
+    return False
+
+
+def request_target(req: dict) -> tuple[Any, bool, str]:
+    """(spec, cuda, device) of a request: its kernel type's spec (KeyError for an unknown type)
+    and where it runs."""
+    cuda = torch.cuda.is_available()
+    return get_spec(req["kernel_type"]), cuda, "cuda" if cuda else "cpu"
+
+
+def request_dtype(req: dict, cuda: bool) -> str:
+    """The dtype a request names, or the default of the machine (bfloat16 on a GPU, float32 on the CPU)."""
+    return dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+
+
+def load_candidate(req: dict, timeout_s: float):
+    """(KernelFile, module) of the request's kernel file, imported under the load stage's alarm (half
+    the time limit; still armed on return)."""
+    from autokernel.kernelfile import import_kernel, parse_source
+
+    arm(max(0.5, 0.5 * timeout_s))
+    kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
+    return kf, import_kernel(kf)
+
+
 def judge_request(req: dict, notify=_no_notify) -> dict:
     try:
-        spec = get_spec(req["kernel_type"])
+        spec, cuda, device = request_target(req)
     except KeyError as exc:
         return {"bench_error": str(exc)}
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
     if req["backend"] == "cuda" and not cuda:
         return {"bench_error": "CUDA C++ kernels need a CUDA GPU; this machine has none "
                                "(Triton kernels run here under the interpreter)"}
-    dt = dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+    dt = request_dtype(req, cuda)
     shapes = req.get("shapes") or (spec.default_shapes if cuda else spec.small_shapes)
     shapes = [{k: int(s[k]) for k in spec.shape_keys} for s in shapes]
     weights = req.get("weights") or [1.0] * len(shapes)
@@ -183,11 +222,9 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
     stage = "load"
     recording = None
     try:
-        from autokernel.kernelfile import entry_point, import_kernel, parse_source
+        from autokernel.kernelfile import entry_point
 
-        arm(max(0.5, 0.5 * timeout_s))
-        kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
-        mod = import_kernel(kf)
+        kf, mod = load_candidate(req, timeout_s)
         disarm()
         verify_integrity()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
@@ -261,13 +298,5 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
-        disarm()
-        if recording is not None:
-            recording.__exit__(None, None, None)
-        signal.signal(signal.SIGALRM, old)
-        if cuda:
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                restart = True
+        restart = end_judgement(old, cuda, recording) or restart
     return {"result": res.to_dict(), "restart": restart}
