@@ -6,6 +6,7 @@ import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from autokernel.errors import ConfigError
 
@@ -67,12 +68,33 @@ def resolve_home(explicit: str | os.PathLike | None = None) -> Paths:
     return Paths(home)
 
 
+def use_home(paths: Paths) -> Callable[[], None]:
+    """Make `paths` this process's AutoKernel home until the returned function is called (it puts
+    the environment back). The CLI calls it with --home's Paths: code that is handed no Paths
+    resolves the same home through $AUTOKERNEL_HOME (a kernel file's load_extension, a KernelBench
+    problem imported by the compiler, the sandbox's protected paths), and so does every child
+    process (bench and KernelBench workers, pool judges), which inherits the environment."""
+    before = os.environ.get(HOME_ENV)
+    os.environ[HOME_ENV] = str(paths.home)
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = before
+
+    return restore
+
+
 CACHE_ENV = "AUTOKERNEL_CACHE_DIR"
 
 
-def cache_dir() -> Path:
-    """Where kernel sources and builds are cached: $AUTOKERNEL_CACHE_DIR (a judge child in the
-    sandbox, whose AutoKernel home is read-only, gets its scratch folder there), else the home's."""
+def cache_dir(paths: Paths | None = None) -> Path:
+    """Where kernel sources and builds are cached: the given home's; else $AUTOKERNEL_CACHE_DIR (a
+    judge child in the sandbox, whose AutoKernel home is read-only, gets its scratch folder there);
+    else the home resolve_home() finds (the CLI's --home, see use_home)."""
+    if paths is not None:
+        return paths.cache
     raw = os.environ.get(CACHE_ENV)
     return Path(raw) if raw else resolve_home().cache
 

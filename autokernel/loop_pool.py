@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from autokernel import screening
 from autokernel.errors import AutoKernelError, BenchError
-from autokernel.loop import _Loop, keepable, verdict_fields
+from autokernel.loop_experiments import Loop, keepable, verdict_fields
 from autokernel.loop_run import LoopEvent
 from autokernel.pool_task import JudgeOutcome, JudgeTask
 from autokernel.proposers.costs import LLMBudgetSpent
@@ -115,7 +115,7 @@ class _Measured:
         return self.pool.call(self.slot, "calibrate")
 
 
-class PooledLoop(_Loop):
+class PooledLoop(Loop):
     """The experiments of one run, judged by a pool (see the module docstring)."""
 
     def __init__(self, *a, pool, **kw):
@@ -242,7 +242,7 @@ class PooledLoop(_Loop):
                 continue
             slot = self.pool.free()[0]
             fl = Flight(None, k, slot, time.monotonic(), key=key)
-            fl.exp, tag = self._start(k, proposal, key, judge=slot.label)
+            fl.exp, tag = self.start_experiment(k, proposal, key, judge=slot.label)
             self.flights[slot.index] = fl
             fl.worktree = self.ws.start_experiment(k.name, tag)
             fl.sha = self.ws.commit_experiment(fl.worktree, proposal.source, f"{tag}: {proposal.description}", tag)

@@ -164,7 +164,7 @@ class SlotJudge:
 
     def worker_pids(self) -> list[int]:
         """Process ids of its live worker children (tests kill one to see the pool survive)."""
-        return [w._proc.pid for w in (self._bench, self._kb) if w is not None and w.alive()]
+        return [w.pid for w in (self._bench, self._kb) if w is not None and w.alive()]
 
     def restarts(self) -> int:
         """Times a worker process of this judge was started again after it died or was killed."""

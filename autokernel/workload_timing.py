@@ -30,6 +30,7 @@ from autokernel.dispatch import Decision, Decisions
 from autokernel.kernels import get_spec
 from autokernel.ops import KernelOp
 from autokernel.plug import Plug
+from autokernel.textfmt import number
 from autokernel.workloads import Workload, WorkloadRun
 
 MODES = ("eager", "compile", "reduce-overhead")
@@ -157,10 +158,6 @@ def time_step(run: WorkloadRun, model: torch.nn.Module, iters: int, warmup: int 
     return Timing(statistics.median(samples), q[2] - q[0], wall)
 
 
-def _fmt(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms:.3f}"
-
-
 def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     if out.shape != ref.shape or not torch.isfinite(out).all():
         return float("inf")
@@ -243,7 +240,7 @@ class WorkloadTimer:
         else:
             row.with_, row.rejected_ms = row.without, best.worst
             row.note = (f"no kernel used: with {', '.join(types)} {best.ms:.3f} ms, back to back "
-                        f"{_fmt(best.wall_ms)} ms" if types else "no kernel to try")
+                        f"{number(best.wall_ms, '.3f')} ms" if types else "no kernel to try")
         return row
 
     # -- compiled --------------------------------------------------------------------------------------

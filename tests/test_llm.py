@@ -423,7 +423,7 @@ def test_llm_kernel_that_only_the_interpreter_runs_is_not_kept(home, llm_env):
 def test_the_llm_budget_stops_the_run_cleanly(home, llm_env, monkeypatch):
     """--max-llm-calls and --max-cost are checked before each call from the store's rows; the run
     then finishes with the reason, and a resumed run counts the calls it made before."""
-    from autokernel.loop import _Loop
+    from autokernel.loop_experiments import Loop
 
     server = llm_env
     monkeypatch.setenv("AUTOKERNEL_LLM_PRICES", PRICES)
@@ -443,7 +443,7 @@ def test_the_llm_budget_stops_the_run_cleanly(home, llm_env, monkeypatch):
         assert len(server.requests) == 2 and store.llm_usage(run.id)[:2] == (2, pytest.approx(2 * COST))
         # in the loop: a stop reason, not a failure
         _, ws, k = add_tiny_kernel(home, model="tiny2")
-        loop = _Loop(store, ws, run=run, kernels=[k], agent="llm", proposer=calls2, judge=None, budget_s=3600,
+        loop = Loop(store, ws, run=run, kernels=[k], agent="llm", proposer=calls2, judge=None, budget_s=3600,
                      max_experiments=None, timeout_s=60, on_event=None)
         assert loop.run_budget() == "the LLM call limit is reached (2 of --max-llm-calls 2)"
         assert loop.llm_budget_spent and len(server.requests) == 2

@@ -15,6 +15,7 @@ import signal
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,11 +30,13 @@ from autokernel.bench.stages import STAGE_FUNCS, StageContext
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
 from autokernel.kernels.spec import dtype_name
+from autokernel.textfmt import tail
 
 # Share of the candidate's time limit each stage may use at most (what is left bounds it too);
 # smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
 STAGE_SHARE = {"smoke": 0.7, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
 FLAG_SPEEDUP = 10.0
+ERROR_CHARS = 3000  # what a verdict keeps of a crash's traceback (its end)
 BASELINE_S = 240.0  # eager + torch.compile of the reference per shape, and the ceilings, on a cold cache
 
 
@@ -67,10 +70,6 @@ def environment() -> dict:
     info["interpreted"] = not torch.cuda.is_available()
     info["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     return info
-
-
-def tail_text(text: str, n: int = 3000) -> str:
-    return text if len(text) <= n else "..." + text[-n:]
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -157,17 +156,55 @@ def _no_notify(msg: dict) -> None:
     pass
 
 
+def end_judgement(old_handler, cuda: bool, recording=None, empty_cache: bool = False) -> bool:
+    """What ends every judgement, whatever happened in it: the alarm off, the launch recording
+    closed, SIGALRM's handler back, the device synchronized. True when the device is broken (the
+    worker must restart)."""
+    disarm()
+    if recording is not None:
+        recording.__exit__(None, None, None)
+    signal.signal(signal.SIGALRM, old_handler)
+    if cuda:
+        try:
+            torch.cuda.synchronize()
+            if empty_cache:
+                torch.cuda.empty_cache()
+        except Exception:
+            return True
+    return False
+
+
+def request_target(req: dict) -> tuple[Any, bool, str]:
+    """(spec, cuda, device) of a request: its kernel type's spec (KeyError for an unknown type)
+    and where it runs."""
+    cuda = torch.cuda.is_available()
+    return get_spec(req["kernel_type"]), cuda, "cuda" if cuda else "cpu"
+
+
+def request_dtype(req: dict, cuda: bool) -> str:
+    """The dtype a request names, or the default of the machine (bfloat16 on a GPU, float32 on the CPU)."""
+    return dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+
+
+def load_candidate(req: dict, timeout_s: float):
+    """(KernelFile, module) of the request's kernel file, imported under the load stage's alarm (half
+    the time limit; still armed on return)."""
+    from autokernel.kernelfile import import_kernel, parse_source
+
+    arm(max(0.5, 0.5 * timeout_s))
+    kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
+    return kf, import_kernel(kf)
+
+
 def judge_request(req: dict, notify=_no_notify) -> dict:
     try:
-        spec = get_spec(req["kernel_type"])
+        spec, cuda, device = request_target(req)
     except KeyError as exc:
         return {"bench_error": str(exc)}
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
     if req["backend"] == "cuda" and not cuda:
         return {"bench_error": "CUDA C++ kernels need a CUDA GPU; this machine has none "
                                "(Triton kernels run here under the interpreter)"}
-    dt = dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+    dt = request_dtype(req, cuda)
     shapes = req.get("shapes") or (spec.default_shapes if cuda else spec.small_shapes)
     shapes = [{k: int(s[k]) for k in spec.shape_keys} for s in shapes]
     weights = req.get("weights") or [1.0] * len(shapes)
@@ -185,11 +222,9 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
     stage = "load"
     recording = None
     try:
-        from autokernel.kernelfile import entry_point, import_kernel, parse_source
+        from autokernel.kernelfile import entry_point
 
-        arm(max(0.5, 0.5 * timeout_s))
-        kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
-        mod = import_kernel(kf)
+        kf, mod = load_candidate(req, timeout_s)
         disarm()
         verify_integrity()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
@@ -259,17 +294,9 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         elif isinstance(exc, KernelFileError):
             res.error = exc.one_line()
         else:
-            res.error = tail_text(f"{stage}: " + "".join(traceback.format_exception(exc)))
+            res.error = tail(f"{stage}: " + "".join(traceback.format_exception(exc)), ERROR_CHARS)
         if outcome == CORRECT:
             res.outcome = CRASHED
     finally:
-        disarm()
-        if recording is not None:
-            recording.__exit__(None, None, None)
-        signal.signal(signal.SIGALRM, old)
-        if cuda:
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                restart = True
+        restart = end_judgement(old, cuda, recording) or restart
     return {"result": res.to_dict(), "restart": restart}

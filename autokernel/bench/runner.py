@@ -27,15 +27,10 @@ from autokernel.bench.isolation import clean_env, describe_exit, kill_group
 from autokernel.bench.result import COMPILE_ERROR, CRASHED, TIMEOUT, BenchResult
 from autokernel.bench.sandbox import Isolation, probe, sandboxed
 from autokernel.errors import BenchError, KernelFileError
+from autokernel.textfmt import tail
 
-TAIL_CHARS = 4000
 STARTUP_TIMEOUT_S = 180.0  # importing torch + triton (and creating a CUDA context) on a cold machine
 GRACE_S = 5.0  # the child's own stage alarms fire first; the hard kill waits this much longer
-
-
-def _tail(text: str, n: int = TAIL_CHARS) -> str:
-    text = text.strip()
-    return text if len(text) <= n else "..." + text[-n:]
 
 
 class BenchWorker:
@@ -97,6 +92,11 @@ class BenchWorker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> Optional[int]:
+        """The child's process id (None before it starts or after close)."""
+        return self._proc.pid if self._proc is not None else None
+
     def close(self) -> None:
         if self.alive():
             try:
@@ -134,7 +134,7 @@ class BenchWorker:
             data = self._stderr.read().decode(errors="replace")
         except Exception:
             return ""
-        return _tail(data)
+        return tail(data.strip())
 
     def _read_reply(self, timeout_s: float) -> Optional[dict]:
         """One JSON line from the child; {"eof": True} when it closed its end (died), None at the timeout."""
@@ -182,8 +182,8 @@ class BenchWorker:
             return reply
         if reply is None:
             self._kill()
-            return {"timeout": True, "error": _tail(f"killed after {timeout_s:.0f} s (plus the bench's own time)\n"
-                                                    + self._stderr_tail(since))}
+            return {"timeout": True, "error": tail((f"killed after {timeout_s:.0f} s (plus the bench's own time)\n"
+                                                   + self._stderr_tail(since)).strip())}
         code = None
         if self._proc is not None:
             try:
@@ -191,8 +191,8 @@ class BenchWorker:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
-        tail = self._stderr_tail(since)
-        return {"died": True, "error": _tail(f"the bench worker {describe_exit(code)}\n{tail}")}
+        err = self._stderr_tail(since)
+        return {"died": True, "error": tail(f"the bench worker {describe_exit(code)}\n{err}".strip())}
 
     # -- judging --------------------------------------------------------------------------------
 

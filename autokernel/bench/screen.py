@@ -22,7 +22,6 @@ from __future__ import annotations
 import signal
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
@@ -32,8 +31,7 @@ from autokernel.bench.launches import cheat_reason, library_reason
 from autokernel.bench.result import CHEAT, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
 from autokernel.bench.stages import StageContext, smoke
 from autokernel.errors import KernelFileError
-from autokernel.kernels import get_spec
-from autokernel.kernels.spec import dtype_name, to_dtype
+from autokernel.kernels.spec import to_dtype
 
 SCREEN_REPS = 10
 SCREEN_TIME_S = 0.05
@@ -43,12 +41,10 @@ SCREEN_MAX_REPS = 200
 def screen_request(req: dict, notify=None) -> dict:
     """{"result": BenchResult} of the screen (latency_us at req["shapes"][0]), or {"bench_error"}."""
     try:
-        spec = get_spec(req["kernel_type"])
+        spec, cuda, device = judge.request_target(req)
     except KeyError as exc:
         return {"bench_error": str(exc)}
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
-    dt = dtype_name(req.get("dtype") or ("bfloat16" if cuda else "float32"))
+    dt = judge.request_dtype(req, cuda)
     shapes = req.get("shapes") or [spec.small_shapes[0]]
     shape = {k: int(shapes[0][k]) for k in spec.shape_keys}
     timeout_s = float(req.get("timeout_s") or 120)
@@ -62,11 +58,9 @@ def screen_request(req: dict, notify=None) -> dict:
     stage = "load"
     restart = False
     try:
-        from autokernel.kernelfile import entry_point, import_kernel, parse_source
+        from autokernel.kernelfile import entry_point
 
-        judge.arm(max(0.5, 0.5 * timeout_s))
-        kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
-        mod = import_kernel(kf)
+        kf, mod = judge.load_candidate(req, timeout_s)
         judge.verify_integrity()  # what it did at import
         fn = entry_point(mod)
         ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
@@ -120,11 +114,5 @@ def screen_request(req: dict, notify=None) -> dict:
         if stage != "load":
             res.stages.append(StageVerdict("smoke", "error", judge.exception_detail(exc, outcome)))
     finally:
-        judge.disarm()
-        signal.signal(signal.SIGALRM, old)
-        if cuda:
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                restart = True
+        restart = judge.end_judgement(old, cuda) or restart
     return {"result": res.to_dict(), "restart": restart}

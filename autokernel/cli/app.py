@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from autokernel import __version__
-from autokernel.config import debug_enabled, resolve_home
+from autokernel.config import debug_enabled, resolve_home, use_home
 
 app = typer.Typer(
     name="autokernel",
@@ -34,6 +34,9 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     ctx.obj = resolve_home(home)
+    # every library call and child process of this command finds the same home (not only the ones
+    # handed ctx.obj): the environment is put back when the command ends (in-process callers)
+    ctx.call_on_close(use_home(ctx.obj))
 
 
 # Each command module registers its commands on `app`; the order here is the order of --help.

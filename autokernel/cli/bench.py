@@ -9,10 +9,7 @@ from typing import List, Optional
 import typer
 
 from autokernel.cli.console import err, out, warn_if_unsandboxed
-
-
-def _fmt(v, spec: str = ".1f", suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
+from autokernel.textfmt import number
 
 
 def _resolve_kernel(kernel: str, backend: str) -> Path:
@@ -59,8 +56,8 @@ def _table(res, path: Path):
     t.add_column("detail", overflow="fold")
     colour = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
     for s in res.stages:
-        t.add_row(s.name, f"[{colour.get(s.status, 'white')}]{s.status}[/]", _fmt(s.max_abs_err, ".2e"),
-                  _fmt(s.max_rel_err, ".2e"), s.detail)
+        t.add_row(s.name, f"[{colour.get(s.status, 'white')}]{s.status}[/]", number(s.max_abs_err, ".2e"),
+                  number(s.max_rel_err, ".2e"), s.detail)
     return t
 
 
@@ -72,10 +69,12 @@ def _timing_table(res):
         t.add_column(col, justify="right")
     for row in res.extra.get("per_shape", []):
         lat, e, c = row["latency_us"], row.get("eager_us"), row.get("compile_us")
-        t.add_row("x".join(str(v) for v in row["shape"].values()), _fmt(lat), _fmt(row["iqr_us"]), _fmt(e), _fmt(c),
-                  _fmt(e / lat if e else None, ".2f", "x"), _fmt(c / lat if c else None, ".2f", "x"))
-    t.add_row("[bold]weighted[/]", _fmt(res.latency_us), _fmt(res.latency_iqr_us), _fmt(res.eager_us),
-              _fmt(res.compile_us), _fmt(res.speedup_vs_eager, ".2f", "x"), _fmt(res.speedup_vs_compile, ".2f", "x"))
+        t.add_row("x".join(str(v) for v in row["shape"].values()), number(lat, ".1f"), number(row["iqr_us"], ".1f"),
+                  number(e, ".1f"), number(c, ".1f"),
+                  number(e / lat if e else None, ".2f", "x"), number(c / lat if c else None, ".2f", "x"))
+    t.add_row("[bold]weighted[/]", number(res.latency_us, ".1f"), number(res.latency_iqr_us, ".1f"),
+              number(res.eager_us, ".1f"), number(res.compile_us, ".1f"), number(res.speedup_vs_eager, ".2f", "x"),
+              number(res.speedup_vs_compile, ".2f", "x"))
     return t
 
 
@@ -123,9 +122,10 @@ def bench_command(
         if calibrate_ or not interpreted:
             device = calibrate(store, force=calibrate_, worker=worker)
             if calibrate_:
-                msg = (f"{device.name}: copy {_fmt(device.copy_gbps)} GB/s, matmul fp32 "
-                       f"{_fmt(device.matmul_tflops_fp32)} / fp16 {_fmt(device.matmul_tflops_fp16)} / bf16 "
-                       f"{_fmt(device.matmul_tflops_bf16)} TFLOP/s (measured, stored as {device.key})")
+                msg = (f"{device.name}: copy {number(device.copy_gbps, '.1f')} GB/s, matmul fp32 "
+                       f"{number(device.matmul_tflops_fp32, '.1f')} / "
+                       f"fp16 {number(device.matmul_tflops_fp16, '.1f')} / bf16 "
+                       f"{number(device.matmul_tflops_bf16, '.1f')} TFLOP/s (measured, stored as {device.key})")
                 if as_json and kernel is None:
                     out.print_json(json.dumps({"device": device.model_dump(mode="json")}))
                 else:
@@ -151,9 +151,9 @@ def bench_command(
         if res.gpu_timing:
             out.print(_timing_table(res))
             bound = "copy bandwidth" if res.bound == "memory" else f"cuBLAS {res.dtype}"
-            out.print(f"{_fmt(res.tflops, '.2f')} TFLOP/s, {_fmt(res.gbps, '.0f')} GB/s, "
-                      f"{_fmt(res.pct_peak, '.1f', '%')} of the measured {bound} ceiling; "
-                      f"peak VRAM {_fmt(res.peak_vram_mb, '.1f')} MB; torch.compile mode "
+            out.print(f"{number(res.tflops, '.2f')} TFLOP/s, {number(res.gbps, '.0f')} GB/s, "
+                      f"{number(res.pct_peak, '.1f', '%')} of the measured {bound} ceiling; "
+                      f"peak VRAM {number(res.peak_vram_mb, '.1f')} MB; torch.compile mode "
                       f"{res.extra.get('compile_mode')}" + ("  [bold yellow]FLAGGED: >10x vs eager, review[/]"
                                                               if res.flagged else ""), highlight=False)
         else:

@@ -13,6 +13,7 @@ from autokernel.cli.console import err, out, warn_if_unsandboxed
 from autokernel.cli.options import positive
 from autokernel.cli.runlog import RunLog, tee
 from autokernel.redact import redact
+from autokernel.textfmt import number
 
 kb_app = typer.Typer(help="KernelBench: list problems, optimize them (kb run), score the results (kb score).",
                      no_args_is_help=True, add_completion=False)
@@ -28,10 +29,6 @@ def _ids(problems: Optional[str]) -> Optional[list[int]]:
         return [int(x) for x in problems.replace(" ", "").split(",") if x]
     except ValueError:
         raise typer.BadParameter("--problems takes problem ids separated by commas, e.g. 1,3,19") from None
-
-
-def _num(v, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 @kb_app.command("list")
@@ -64,7 +61,7 @@ def list_cmd(
     for r in rows:
         note = ("degenerate: " + r["degenerate"]) if r["degenerate"] else (r["error"] or "")
         t.add_row(str(r["level"]), str(r["problem_id"]), r["name"], r["status"], r["start"] or "-", str(r["experiments"]),
-                  _num(r["speedup_vs_eager"]), _num(r["speedup_vs_compile"]), note[:80])
+                  number(r["speedup_vs_eager"]), number(r["speedup_vs_compile"]), note[:80])
     out.print(t)
 
 
@@ -172,7 +169,7 @@ def run_cmd(
         for p in summary.problems:
             note = ("degenerate" if p["degenerate"] else "") or (p["baseline_error"] or "")
             t.add_row(str(p["problem_id"]), p["name"] or "", p["start"] or "", p["baseline_status"] or "",
-                      _num(p["best_us"], ".1f"), _num(p["speedup_vs_eager"]), _num(p["speedup_vs_compile"]),
+                      number(p["best_us"], ".1f"), number(p["speedup_vs_eager"]), number(p["speedup_vs_compile"]),
                       str(p["experiments"]), str(p["kept"]), note[:60])
         out.print(t)
         out.print(f"{summary.experiments} experiments, {summary.kept} kept; stopped: {summary.stop_reason}",
@@ -192,8 +189,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"### Level {lv['level']}: {lv['source_label']}")
         lines.append("")
         lines.append(f"{lv['correct']}/{lv['scored']} correct ({_fmt_pct(lv['correctness_rate'])}); "
-                     f"geomean speed-up over correct problems: {_num(lv['geomean_speedup_vs_eager'], '.3f')}x vs eager, "
-                     f"{_num(lv['geomean_speedup_vs_compile'], '.3f')}x vs torch.compile")
+                     "geomean speed-up over correct problems: "
+                     f"{number(lv['geomean_speedup_vs_eager'], '.3f')}x vs eager, "
+                     f"{number(lv['geomean_speedup_vs_compile'], '.3f')}x vs torch.compile")
         lines.append("")
         ps = list(lv["fast_p_vs_eager"])
         lines.append("| baseline | " + " | ".join(f"fast_{p}" for p in ps) + " |")
@@ -208,7 +206,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append("")
         if lv["flagged"]:
             lines.append("Flagged for review (over 10x after re-timing; counted correct, not fast): " + ", ".join(
-                f"{d['problem_id']}_{d['name']} ({_num(d['speedup_vs_eager'])}x)" for d in lv["flagged"]))
+                f"{d['problem_id']}_{d['name']} ({number(d['speedup_vs_eager'])}x)" for d in lv["flagged"]))
             lines.append("")
         lines.append("| id | name | correct | x eager | x compile | start | note |")
         lines.append("|---|---|---|---|---|---|---|")
@@ -216,7 +214,8 @@ def markdown(result: dict[str, Any]) -> str:
             note = "degenerate" if p["degenerate"] else "not run" if not p["attempted"] else \
                 (p["error"] or "")[:80].replace("|", "/")
             lines.append(f"| {p['problem_id']} | {p['name']} | {'yes' if p['correct'] else 'no'} | "
-                         f"{_num(p['speedup_vs_eager'])} | {_num(p['speedup_vs_compile'])} | {p['start'] or ''} | {note} |")
+                         f"{number(p['speedup_vs_eager'])} | {number(p['speedup_vs_compile'])} | "
+                         f"{p['start'] or ''} | {note} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -258,7 +257,7 @@ def score_cmd(
         t.add_column("geomean x", justify="right")
         for base in ("eager", "compile"):
             t.add_row(base, *[_fmt_pct(v) for v in lv[f"fast_p_vs_{base}"].values()],
-                      _num(lv[f"geomean_speedup_vs_{base}"], ".3f"))
+                      number(lv[f"geomean_speedup_vs_{base}"], ".3f"))
         out.print(t)
         if lv["degenerate"]:
             out.print("degenerate (apart): " + ", ".join(f"{d['problem_id']}_{d['name']}" for d in lv["degenerate"]),

@@ -21,6 +21,7 @@ from autokernel.cli.options import positive
 from autokernel.cli.recap import recap_lines
 from autokernel.cli.runlog import RunLog, tee
 from autokernel.redact import redact
+from autokernel.textfmt import number
 
 
 def _fmt_s(s: float | None) -> str:
@@ -48,8 +49,8 @@ def kernels_table(kernels: list[dict[str, Any]], title: str = "") -> Table:
         screen = f"{k.get('screened_out', 0)}/{screened}" if screened else "-"
         if k.get("rejected"):
             screen += f" +{k['rejected']} invalid"
-        t.add_row(k["name"], f"{100 * k['share']:.1f}%", _num(k["baseline_us"]), _num(k["best_us"]),
-                  f"{k['speedup_vs_baseline']:.3f}", _num(k.get("vs_library"), ".2f"), _num(k["pct_peak"], ".1f"),
+        t.add_row(k["name"], f"{100 * k['share']:.1f}%", number(k["baseline_us"]), number(k["best_us"]),
+                  f"{k['speedup_vs_baseline']:.3f}", number(k.get("vs_library"), ".2f"), number(k["pct_peak"], ".1f"),
                   str(k["attempts"]), str(k["kept"]), screen, _fmt_s(k["time_s"]), state)
     return t
 
@@ -61,10 +62,6 @@ def judges_line(judges: list[dict[str, Any]]) -> str:
     restarts = sum(j.get("restarts") or 0 for j in judges)
     return (f"judges: {busy} of {len(judges) - retired} busy" + (f", {retired} retired" if retired else "")
             + (f", {restarts} worker restart(s)" if restarts else ""))
-
-
-def _num(v, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 class Display:

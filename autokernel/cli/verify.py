@@ -10,10 +10,7 @@ from rich.table import Table
 
 from autokernel.cli.console import err, out
 from autokernel.cpu_timing import CPU_LABEL
-
-
-def _fmt(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
+from autokernel.textfmt import number
 
 
 def verify_table(data: dict[str, Any]) -> Table:
@@ -29,7 +26,7 @@ def verify_table(data: dict[str, Any]) -> Table:
             status = f"[red]left out[/]: {k['error']}"
         speedup = f"{k['speedup']:.2f}x" if k.get("measured", True) else "-"
         table.add_row(k["name"], k["kernel_type"], k["source"], speedup, str(k["calls"]),
-                      str(k["fallbacks"]), _fmt(k["rel_error"], ".2e"), status)
+                      str(k["fallbacks"]), number(k["rel_error"], ".2e"), status)
     return table
 
 
@@ -46,7 +43,8 @@ def workload_table(data: dict[str, Any]) -> Table:
             wo, wi = r["without"], r["with_"]
             x = wo["ms"] / wi["ms"] if wo and wi else None
             gb = "-" if r["graph_breaks"] is None else f"{r['graph_breaks']} / {r['recompiles']}"
-            table.add_row(w["workload"], r["mode"], _fmt(wo and wo["ms"]), _fmt(wi and wi["ms"]), _fmt(x, ".3f", "x"),
+            table.add_row(w["workload"], r["mode"], number(wo and wo["ms"], ".3f"), number(wi and wi["ms"], ".3f"),
+                          number(x, ".3f", "x"),
                           ", ".join(r["kernels"]) or "-", gb, r["note"])
         bw, bk = w.get("best_without"), w.get("best_with")
         if bw and bk:
@@ -56,21 +54,23 @@ def workload_table(data: dict[str, Any]) -> Table:
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:
-    lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {_fmt(data['rel_error'], '.2e')} "
+    lines = [f"outputs vs {data.get('reference', 'eager')}: relative error {number(data['rel_error'], '.2e')} "
              f"(tolerance {data['tolerance']:.3g}), "
-             f"max abs {_fmt(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
+             f"max abs {number(data['max_abs_error'], '.2e')} -> {'MATCH' if data['ok'] else 'MISMATCH'}"]
     plugged = [k for k in data["kernels"] if k["ok"] and not k.get("slower")]
     if data["eager_ms"] is not None and not plugged:
-        lines.append(f"forward: eager {_fmt(data['eager_ms'])} ms; nothing plugged in, so no speed-up to measure")
+        lines.append(f"forward: eager {number(data['eager_ms'], '.3f')} ms; nothing plugged in, "
+                     "so no speed-up to measure")
     elif data["eager_ms"] is not None:
         cpu = str(data.get("device", "")).startswith("cpu")
         label = f"{CPU_LABEL}, median of repeated passes; not GPU speed" if cpu else "CUDA events"
-        lines.append(f"forward ({label}): eager {_fmt(data['eager_ms'])} ms, plugged {_fmt(data['plugged_ms'])} ms, "
-                     f"torch.compile {_fmt(data['compile_ms'])} ms")
-        lines.append(f"end-to-end speed-up {_fmt(data['speedup_vs_eager'], '.2f', 'x')} vs eager, "
-                     f"{_fmt(data['speedup_vs_compile'], '.2f', 'x')} vs torch.compile"
+        lines.append(f"forward ({label}): eager {number(data['eager_ms'], '.3f')} ms, "
+                     f"plugged {number(data['plugged_ms'], '.3f')} ms, "
+                     f"torch.compile {number(data['compile_ms'], '.3f')} ms")
+        lines.append(f"end-to-end speed-up {number(data['speedup_vs_eager'], '.2f', 'x')} vs eager, "
+                     f"{number(data['speedup_vs_compile'], '.2f', 'x')} vs torch.compile"
                      + (" (CPU timings)" if cpu else "")
-                     + f"; Amdahl prediction {_fmt(data['amdahl_prediction'], '.2f', 'x')}")
+                     + f"; Amdahl prediction {number(data['amdahl_prediction'], '.2f', 'x')}")
     lines.extend(data.get("notes", []))
     return lines
 

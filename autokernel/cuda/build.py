@@ -37,9 +37,9 @@ from types import ModuleType
 from typing import Iterable, Mapping
 
 from autokernel.errors import KernelFileError
+from autokernel.textfmt import tail
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
-_TAIL_CHARS = 4000
 _BUILT: dict[str, ModuleType] = {}
 _LOCK = threading.Lock()
 
@@ -93,11 +93,6 @@ def render_cu(cuda_src: str) -> str:
     return "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <stdint.h>\n\n" + cuda_src
 
 
-def _tail(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _TAIL_CHARS else "..." + text[-_TAIL_CHARS:]
-
-
 def build_hash(name: str, cuda_src: str, cpp_src: str, functions: Iterable[str], flags: Iterable[str]) -> str:
     import torch
 
@@ -140,7 +135,7 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
                                      extra_cflags=cxx_flags, extra_cuda_cflags=cuda_flags,
                                      build_directory=str(build_dir), verbose=False)
         except Exception as exc:  # RuntimeError carries ninja's output; ImportError a bad link
-            raise KernelFileError(f"CUDA kernel {name} failed to build:\n{_tail(str(exc))}") from exc
+            raise KernelFileError(f"CUDA kernel {name} failed to build:\n{tail(str(exc).strip())}") from exc
         _BUILT[key] = mod
         return mod
 
@@ -158,7 +153,7 @@ def nvcc_available() -> bool:
     return _nvcc() is not None
 
 
-def _ensure_ninja() -> bool:
+def ensure_ninja() -> bool:
     """torch's JIT build runs `ninja` from PATH; the pip `ninja` package (e.g. installed with
     --target, whose bin/ is not on PATH) is put there when the command is missing."""
     if shutil.which("ninja"):
@@ -182,7 +177,7 @@ def toolchain_missing() -> str | None:
         return "no CUDA device"
     if not nvcc_available():
         return "nvcc not found (set CUDA_HOME)"
-    if not _ensure_ninja():
+    if not ensure_ninja():
         return "ninja not found (pip install ninja)"
     return None
 
@@ -245,6 +240,6 @@ def compile_check(cuda_src: str, cpp_src: str | None = None, extra_cuda_cflags: 
                 failures.append(f"{label} timed out after {timeout_s:.0f}s")
                 continue
             if proc.returncode != 0:
-                failures.append(f"{label} failed (exit {proc.returncode}):\n{_tail(out)}")
+                failures.append(f"{label} failed (exit {proc.returncode}):\n{tail(out.strip())}")
         if failures:
             raise KernelFileError("CUDA sources do not compile:\n" + "\n".join(failures))

@@ -6,6 +6,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from autokernel.textfmt import number
+
 
 @dataclass
 class Provenance:
@@ -30,8 +32,8 @@ class Provenance:
     stages: dict[str, Any] = field(default_factory=dict)
 
 
-def _fmt(v: Optional[float], unit: str = "", digits: int = 2) -> str:
-    return "not measured" if v is None else f"{v:.{digits}f}{unit}"
+def _fmt(v: Optional[float], unit: str = "") -> str:
+    return number(v, ".2f", unit, missing="not measured")
 
 
 def render_card(plan, prov: Provenance, reference_source: str, description: str) -> str:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from autokernel.errors import ExportError
+from autokernel.textfmt import tail
 from autokernel.export.layout import ExportPlan, arch_variant_name, build_toml, write_python_package, write_variant
 
 _LOAD_ARGS = ("name", "cuda_src", "cpp_src", "functions", "extra_cuda_cflags", "defines", "sm90a")
@@ -238,7 +239,7 @@ def build_blocker() -> str | None:
         return "this torch build has no CUDA"
     if not build.nvcc_available():
         return "nvcc not found (set CUDA_HOME)"
-    if not build._ensure_ninja():
+    if not build.ensure_ninja():
         return "ninja not found (pip install ninja)"
     return None
 
@@ -254,7 +255,7 @@ cpp_extension.load(name=a["name"], sources=a["sources"], extra_cflags=["-O3"], e
 def _compile(plan: ExportPlan, out: Path, args: dict, work: Path) -> tuple[Path, str]:
     """Build the exported sources in a child process (so this one never registers the ops).
     Returns the shared library and the CUDA arch it targets, as metadata writes it ("9.0")."""
-    from autokernel.cuda.build import _tail, arch_flags
+    from autokernel.cuda.build import arch_flags
 
     gencode = arch_flags(args["sm90a"])
     m = re.search(r"code=sm_(\d+?)(\d)(a?)$", gencode[0])
@@ -269,7 +270,7 @@ def _compile(plan: ExportPlan, out: Path, args: dict, work: Path) -> tuple[Path,
         raise ExportError(f"building the CUDA extension timed out after {_BUILD_TIMEOUT_S}s") from exc
     lib = work / f"{plan.module_id}.so"
     if proc.returncode != 0 or not lib.exists():  # the child's output holds ninja's
-        raise ExportError(f"the exported CUDA sources failed to build:\n{_tail(proc.stdout + proc.stderr)}")
+        raise ExportError(f"the exported CUDA sources failed to build:\n{tail((proc.stdout + proc.stderr).strip())}")
     return lib, arch
 
 

@@ -49,7 +49,7 @@ class KBWorker(BenchWorker):
         return res
 
     def judge_for(self, problem: Problem, gpu_compile: bool = False):
-        """A loop judge (the signature _Loop calls) bound to one problem."""
+        """A loop judge (the signature loop_experiments.Loop calls) bound to one problem."""
 
         def judge(source: str, quick: bool = False, timeout_s: float = 600.0, **_ignored) -> BenchResult:
             return self.evaluate(problem, source, quick=quick, timeout_s=timeout_s, gpu_compile=gpu_compile)

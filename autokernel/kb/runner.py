@@ -2,7 +2,7 @@
 
 Each problem is a kernel of the store (name kb.<source>.L<level>.<id>, type "kb") with a branch in
 the workspace whose kernel.py is the problem's ModelNew (solutions.initial_solution). The
-optimization is the loop's own machinery (loop._Loop: baseline row, proposer, worktree per
+optimization is the loop's own machinery (loop_experiments.Loop: baseline row, proposer, worktree per
 experiment, keep/revert, every experiment a store row, kill -9 safe), with three differences:
 the judge is the KernelBench judge bound to the problem (evaluate.KBWorker), the proposer gets a
 problem description instead of a kernel-type spec, and a problem stops after
@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional
 
 from autokernel.errors import AutoKernelError, ConfigError, LLMError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
-from autokernel.loop import LoopEvent, _Loop, _row, cleanup_stale, reopen_run, run_guarded, stamped
+from autokernel.loop import LoopEvent, cleanup_stale, reopen_run, run_guarded, stamped
+from autokernel.loop_experiments import Loop, row_view
 from autokernel.proposers import LLMSettings, make_proposer
 from autokernel.runs import check_kb_options, latest_resumable_run, lock_key, lock_what
 
@@ -84,7 +85,7 @@ class _Code:
         return self.code
 
 
-class _KBLoop(_Loop):
+class _KBLoop(Loop):
     """The loop on one problem: the proposer gets the problem instead of a kernel-type spec, and the
     loop stops after per_problem experiments on it (its time budget is the problem's share)."""
 
@@ -282,7 +283,7 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                         _record_degenerate(store, store.get_kernel(k.id), loop.last_result[k.id])
                     why = loop.run_budget()
                     emit(LoopEvent("problem_done", f"{p.kernel_name}: {why}",
-                                   {"kernel": p.kernel_name, "baseline": _row(base) if base else None}))
+                                   {"kernel": p.kernel_name, "baseline": row_view(base) if base else None}))
                     if loop.llm_budget_spent:
                         return why
                 except KeyboardInterrupt:

@@ -193,6 +193,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.kb.inputs import Inputs, Reference, flat, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
+    from autokernel.textfmt import tail
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -318,7 +319,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         elif isinstance(root, bj.StageTimeout):
             res.error = f"{stage}: exceeded its time limit ({timeout_s:.0f} s)"
         else:
-            res.error = bj.tail_text(f"{stage}: " + "".join(traceback.format_exception(root)))
+            res.error = tail(f"{stage}: " + "".join(traceback.format_exception(root)), bj.ERROR_CHARS)
     finally:
         bj.disarm()
         if recording is not None:

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from autokernel.proposers.answers import FINAL_MARK
 from autokernel.proposers.base import KernelContext, history_config
+from autokernel.textfmt import number
 
 FAILED = ("incorrect", "crashed", "timeout")
 ACHIEVED = ("kept", "baseline")
@@ -67,10 +68,6 @@ def system_prompt(backend: str, judge: str) -> str:
 
 def source_tokens(source: str) -> int:
     return int(len(source.encode()) / TOKEN_BYTES) + 1
-
-
-def _fmt(v: Any, spec: str = ".1f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def _version(dist: str) -> str:
@@ -132,7 +129,7 @@ def roofline_section(spec: Any, kernel: KernelContext) -> str:
         pct = f"{100 * target / best:.0f}%" if best and gpu else "-"
         label = "x".join(str(shape[k]) for k in shape)
         lines.append(f"| {label} | {w:g} | {nbytes:.3g} | {flops:.3g} | {flops / nbytes if nbytes else 0:.2f} | "
-                     f"{target:.3g} | {bound} | {_fmt(best, '.2f')} | {pct} |")
+                     f"{target:.3g} | {bound} | {number(best)} | {pct} |")
     if not gpu and measured:
         lines.append("(best us here is CPU wall clock under the Triton interpreter: it ranks candidates against "
                      "each other, it is not a GPU time.)")
@@ -156,9 +153,10 @@ def position_section(history: Sequence[Any], kernel: KernelContext) -> str:
     if b is None:
         lines.append("No timed version yet.")
     else:
-        lines.append(f"Best so far: {b.latency_us:.2f} us (IQR {_fmt(b.latency_iqr_us, '.2f')} us), "
-                     f"{_fmt(b.pct_peak)}% of the measured ceiling, {_fmt(b.speedup_vs_eager, '.2f')}x eager PyTorch, "
-                     f"{_fmt(b.speedup_vs_compile, '.2f')}x torch.compile. The current file is that best version.")
+        lines.append(f"Best so far: {b.latency_us:.2f} us (IQR {number(b.latency_iqr_us)} us), "
+                     f"{number(b.pct_peak, '.1f')}% of the measured ceiling, "
+                     f"{number(b.speedup_vs_eager)}x eager PyTorch, "
+                     f"{number(b.speedup_vs_compile)}x torch.compile. The current file is that best version.")
         thr = keep_threshold_us(b.latency_us, b.latency_iqr_us)
         lines.append(f"Keep threshold: a correct candidate is kept only if its latency is below best - max(its own "
                      f"IQR, the best's IQR, 1% of best), i.e. under {thr:.2f} us when its own IQR is small.")
@@ -262,8 +260,8 @@ def history_section(history: Sequence[Any], kernel: KernelContext, limit: int) -
     for e in rows:
         if e.id in shown:
             lat = f"{e.latency_us:.2f} us" if e.latency_us is not None else "no time"
-            lines.append(f"- #{e.number} {e.status} ({e.proposer}): {lat}, {_fmt(e.pct_peak)}% of roofline, "
-                         f"{_fmt(e.speedup_vs_eager, '.2f')}x eager. \"{e.description[:100]}\"")
+            lines.append(f"- #{e.number} {e.status} ({e.proposer}): {lat}, {number(e.pct_peak, '.1f')}% of roofline, "
+                         f"{number(e.speedup_vs_eager)}x eager. \"{e.description[:100]}\"")
             change = kernel.changes.get(e.id) if e.id is not None else None
             if change:
                 lines += ["  changed:"] + [f"    {ln}" for ln in change.splitlines()]

@@ -1,4 +1,4 @@
-"""The store's judges rows (a pooled session's workers, one per GPU): a mixin of Store, kept apart so
+"""The store's judges rows (a pooled session's workers, one per GPU): a part of Store, kept apart so
 store.py stays one screen of plumbing per table. Only the coordinating process calls these."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ from typing import Optional
 
 from sqlmodel import select
 
+from autokernel.store.base import StoreBase
 from autokernel.store.tables import Judge
 
 
-class JudgeRows:
+class JudgeRows(StoreBase):
     """add_judge / update_judge / list_judges on the Store (uses its _add, _update and session)."""
 
     def add_judge(self, **fields) -> Judge:

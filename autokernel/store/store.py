@@ -6,116 +6,29 @@ Values go in and come out as plain Python objects; the store never imports torch
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from sqlalchemy import event, func
-from sqlalchemy.orm import defer
-from sqlalchemy.exc import IntegrityError, OperationalError, DatabaseError
-from sqlmodel import Session, create_engine, select
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import select
 
-from autokernel.config import READ_ONLY_ERRNOS
 from autokernel.errors import LockHeldError, NotFoundError, StoreError
 from autokernel.liveness import owner_alive, this_process
+from autokernel.store.base import BUSY_TIMEOUT_S
 from autokernel.store.judges import JudgeRows
-from autokernel.store.migrate import check_not_newer, migrate
-from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, LLMCall, Lock, Profile, Run, utcnow
+from autokernel.store.llm_calls import LLMCallRows
+from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, Lock, Profile, Run, utcnow
 
-BUSY_TIMEOUT_S = 60.0
 # statuses that end an experiment; "running" rows left by a killed process are abandoned on resume
 FINAL_STATUSES = ("kept", "reverted", "incorrect", "crashed", "timeout", "abandoned", "baseline")
 
 
-def _set_pragmas(dbapi_conn, _record) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-class Store(JudgeRows):
-    """Open (and migrate) the database at `path`. Use as a context manager or call close()."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            raw = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            try:
-                # before any pragma: switching a refused database to WAL would already alter it
-                check_not_newer(raw)
-                _set_pragmas(raw, None)
-                migrate(raw)
-            finally:
-                raw.close()
-        except sqlite3.DatabaseError as exc:
-            if read_only(self.path) or "readonly" in str(exc):
-                raise StoreError(f"the store {self.path} is read-only ({exc})",
-                                 hint="AutoKernel writes to its store; make the file and its folder writable, "
-                                      "or choose another --home") from exc
-            raise StoreError(f"cannot open the store {self.path}: {exc}",
-                             hint="the file is damaged or not an AutoKernel database; it was not changed") from exc
-        except OSError as exc:
-            if exc.errno in READ_ONLY_ERRNOS:
-                raise StoreError(f"the store's folder {self.path.parent} is read-only ({exc.strerror})",
-                                 hint="choose another --home") from exc
-            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
-        self.engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": BUSY_TIMEOUT_S})
-        event.listen(self.engine, "connect", _set_pragmas)
-
-    # -- plumbing -------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        with Session(self.engine, expire_on_commit=False) as s:
-            try:
-                yield s
-                s.commit()
-            except IntegrityError as exc:
-                s.rollback()
-                raise StoreError(f"store write refused: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
-            except (OperationalError, DatabaseError) as exc:
-                s.rollback()
-                raise StoreError(f"store write failed: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
-            except Exception:
-                s.rollback()
-                raise
-
-    def _add(self, obj):
-        with self.session() as s:
-            s.add(obj)
-            s.commit()
-            s.refresh(obj)
-            return obj
-
-    def _update(self, cls, id_: int, **fields):
-        with self.session() as s:
-            obj = s.get(cls, id_)
-            if obj is None:
-                raise NotFoundError(f"{cls.__tablename__} {id_} not found")
-            for k, v in fields.items():
-                if not hasattr(obj, k):
-                    raise StoreError(f"{cls.__tablename__} has no column {k!r}")
-                setattr(obj, k, v)
-            s.add(obj)
-            s.commit()
-            s.refresh(obj)
-            return obj
+class Store(LLMCallRows, JudgeRows):
+    """The experiment store: open (and migrate) the database at `path`; use as a context manager or
+    call close(). One method group per table; the plumbing is store/base.py."""
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -412,68 +325,6 @@ class Store(JudgeRows):
             if run_id is not None:
                 q = q.where(Dispatch.run_id == run_id)
             return list(s.exec(q.order_by(Dispatch.id)))
-
-    # -- llm calls ------------------------------------------------------------------------------
-
-    def add_llm_call(self, *, prompt: str | None = None, reply: str | None = None, **fields) -> LLMCall:
-        """One call; `prompt` and `reply` text are stored zlib-compressed (read with llm_call_texts)."""
-        return self._add(LLMCall(**fields, prompt_gz=_pack(prompt), reply_gz=_pack(reply)))
-
-    def get_llm_call(self, call_id: int) -> LLMCall:
-        with self.session() as s:
-            call = s.get(LLMCall, call_id)
-        if call is None:
-            raise NotFoundError(f"llm call {call_id} not found")
-        return call
-
-    def update_llm_call(self, call_id: int, *, reply: str | None = None, **fields) -> LLMCall:
-        return self._update(LLMCall, call_id, **fields, **({"reply_gz": _pack(reply)} if reply is not None else {}))
-
-    def list_llm_calls(self, run_id: int | None = None, kernel_id: int | None = None, *, texts: bool = True,
-                       statuses: tuple[str, ...] | None = None, last: int | None = None) -> list[LLMCall]:
-        """Calls in order; `texts=False` leaves the prompt and reply blobs unread (and unreadable on the
-        rows returned), `statuses` keeps only those, `last` keeps the newest N."""
-        with self.session() as s:
-            q = select(LLMCall)
-            if not texts:
-                q = q.options(defer(LLMCall.prompt_gz), defer(LLMCall.reply_gz))
-            if run_id is not None:
-                q = q.where(LLMCall.run_id == run_id)
-            if kernel_id is not None:
-                q = q.where(LLMCall.kernel_id == kernel_id)
-            if statuses is not None:
-                q = q.where(LLMCall.status.in_(statuses))
-            if last is not None:
-                return list(reversed(list(s.exec(q.order_by(LLMCall.id.desc()).limit(last)))))
-            return list(s.exec(q.order_by(LLMCall.id)))
-
-    def llm_usage(self, run_id: int) -> tuple[int, float, float]:
-        """(calls, cost in USD of those with a price, seconds waited) of a run's LLM calls."""
-        with self.session() as s:
-            row = s.exec(select(func.count(LLMCall.id), func.coalesce(func.sum(LLMCall.cost_usd), 0.0),
-                                func.coalesce(func.sum(LLMCall.latency_s), 0.0))
-                         .where(LLMCall.run_id == run_id)).one()
-        return int(row[0]), float(row[1]), float(row[2])
-
-    @staticmethod
-    def llm_call_texts(call: LLMCall) -> tuple[str | None, str | None]:
-        """(prompt, reply) text of a call, as stored."""
-        return _unpack(call.prompt_gz), _unpack(call.reply_gz)
-
-
-def _pack(text: str | None) -> bytes | None:
-    return None if text is None else zlib.compress(text.encode(), 6)
-
-
-def _unpack(blob: bytes | None) -> str | None:
-    return None if blob is None else zlib.decompress(blob).decode(errors="replace")
-
-
-def read_only(db: Path) -> bool:
-    """Whether SQLite cannot write the database: the file, or the folder its -wal and -shm files go
-    in, is not writable (a read-only mount counts, for root too)."""
-    folder = db.parent
-    return (db.exists() and not os.access(db, os.W_OK)) or (folder.is_dir() and not os.access(folder, os.W_OK))
 
 
 def _held_message(what: str, holder: dict, run_id: Optional[int], since: Any) -> str:

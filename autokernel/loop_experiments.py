@@ -1,0 +1,437 @@
+"""The experiments of one loop run (autokernel/loop.py starts the run; loop_pool.py judges on a pool).
+
+One experiment, in the order that makes every interruption recoverable:
+1. the orchestrator picks a kernel; the proposer returns a candidate file;
+2. the store row is inserted as "running" (its number is allocated there, atomically);
+3. a worktree from the kernel's branch head; the candidate committed and pinned under
+   refs/autokernel/experiments/<tag>; the commit written into the row;
+4. the bench judges it: a candidate judged before (same key) is skipped; the others are screened at
+   the kernel's heaviest model shape and only one within the margin of the best goes on to the five
+   stages and the full timing, the library's timings reused from the run's start (screening.py);
+5. the verdict is written into the row *before* git is touched: kept -> fast-forward the branch,
+   anything else -> drop the worktree (the commit stays reachable by its ref).
+A kill -9 anywhere leaves at most one "running" row: `--resume` marks it abandoned, removes stale
+worktrees, and re-applies a kept verdict whose fast-forward had not happened yet. Numbers come from
+the store, so nothing is lost or counted twice; time spent comes from the rows' durations.
+
+Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
+run by more than the noise: new < best - max(iqr_new, iqr_best, 1% of best).
+
+Abandoned experiments are not counted as tried configurations the first time (they never got a
+verdict); see proposers/search.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from autokernel import screening
+from autokernel.errors import AutoKernelError, LLMError, ProposerError
+from autokernel.loop_run import Judge, LoopEvent
+from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
+from autokernel.proposers import SearchExhausted
+from autokernel.proposers.base import KernelContext, Proposal
+from autokernel.proposers.costs import LLMBudgetSpent
+from autokernel.store.tables import utcnow
+
+__all__ = ["Loop", "keepable", "row_view", "verdict_fields"]
+
+MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
+
+
+class Loop:
+    """The experiments of one run: baselines(), then run_budget() until the budget, the experiment
+    limit or the kernels run out (reconcile() first on a resumed run).
+
+    What a subclass may change (kb.runner's loop on one problem, loop_pool.PooledLoop):
+    - spec(k): what the proposer is told the kernel must compute;
+    - experiment_limit() and count(): when the experiments stop;
+    - extra_state(): what the live view's state events carry besides the scheduler's snapshot;
+    - BUDGET_SPENT / NOTHING_LEFT: how run_budget words why it stopped.
+    The steps a subclass that judges otherwise (a pool) builds on, each keeping the store's rows
+    and the branches consistent: baseline_row / baseline_verdict (a kernel's starting point),
+    propose, new_candidate, start_experiment (a candidate's running row and tag), screened and
+    bench (the judge's calls), recorded (a verdict told to the scheduler) and abandon."""
+
+    # why run_budget stops (subclasses word it for what they run on)
+    BUDGET_SPENT = "time budget spent"
+    NOTHING_LEFT = "every kernel exhausted"
+
+    def __init__(self, store, workspace, *, run, kernels, agent, proposer, judge, budget_s, max_experiments,
+                 timeout_s, on_event, screen: Optional[Judge] = None, margin: float = screening.MARGIN,
+                 target_mode: str = "compile"):
+        self.store, self.ws, self.run = store, workspace, run
+        self.kernels = {k.id: k for k in kernels}
+        self.agent, self.proposer, self.judge = agent, proposer, judge
+        self.screen, self.margin = screen, margin  # the bench's cheap screen (None: every candidate judged fully)
+        self.budget_s, self.max_experiments, self.timeout_s = budget_s, max_experiments, timeout_s
+        self.emit = on_event or (lambda e: None)
+        self.orch = Orchestrator.from_store(store, run.id, kernels, target_mode=target_mode)
+        self.duplicates = 0  # candidates skipped this session: judged before
+        self.repeats: dict[int, int] = {}  # kernel -> batches in a row that held only repeats
+        self.last_reason: tuple = ()
+        self.elapsed_before = run_elapsed_s(store, run.id)
+        self.t0 = time.monotonic()
+        self.last_result: dict[int, Any] = {}
+        self.best_result: dict[int, Any] = {}  # the bench result of each kernel's best version, this session
+        self.failures: dict[int, int] = {}
+        self.ceilings: Optional[dict] = None  # this device's measured ceilings (GPU), for the proposer
+        self.device = ""
+        self.llm_budget_spent = False
+        self._changes: dict[str, Optional[str]] = {}  # commit -> what it changed (git show is not free)
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.t0)
+
+    def count(self) -> int:
+        return sum(1 for e in self.store.list_experiments(run_id=self.run.id) if e.proposer != "baseline")
+
+    def state_event(self, message: str = "") -> None:
+        snap = self.orch.snapshot()
+        snap.update(run_id=self.run.id, experiments=self.count(), elapsed_s=self.elapsed(),
+                    time_left_s=max(0.0, self.budget_s - self.elapsed()), max_experiments=self.max_experiments,
+                    duplicates=self.duplicates, **self.extra_state())
+        rejected = getattr(self.proposer, "rejected", {})
+        for row in snap["kernels"]:
+            row["rejected"] = rejected.get(row["name"], 0)  # invalid for the device, never compiled
+        self.emit(LoopEvent("state", message, snap))
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a subclass adds to the live view's state (a pool: its judges)."""
+        return {}
+
+    def context(self, k) -> KernelContext:
+        from autokernel.extract import kernel_shapes
+
+        shapes, weights = kernel_shapes(k)
+        return KernelContext(name=k.name, kernel_type=k.kernel_type, backend=k.backend, dtype=k.dtype,
+                             shapes=shapes, weights=weights, kernel_id=k.id, run_id=self.run.id,
+                             share=float(k.share or 0.0))
+
+    def brief(self, k, source: str, history: list) -> KernelContext:
+        """What the proposer is told besides the file: the context, the device's ceilings, the best
+        version's per-shape timings, what each recent experiment changed, the last failure's diff."""
+        from autokernel.proposers.changes import candidate_diff, commit_change
+
+        ctx = self.context(k)
+        ctx.ceilings, ctx.device = self.ceilings, self.device
+        best = self.best_result.get(k.id)
+        ctx.best_per_shape = list((best.extra or {}).get("per_shape") or []) if best is not None else []
+        for e in history[-16:]:
+            if e.commit and e.proposer != "baseline" and e.status != "running":
+                if e.commit not in self._changes:
+                    self._changes[e.commit] = commit_change(self.ws, e.commit)
+                if self._changes[e.commit]:
+                    ctx.changes[e.id] = self._changes[e.commit]
+        done = [e for e in history if e.status not in ("running", "abandoned")]
+        if done and done[-1].status in ("incorrect", "crashed", "timeout") and done[-1].commit:
+            try:
+                ctx.failed_diff = candidate_diff(source, self.ws.read(k.name, done[-1].commit))
+            except AutoKernelError:
+                pass  # its commit is gone (never for pinned experiments): the error alone is reported
+        limit = self.experiment_limit()
+        if limit is not None:
+            ctx.max_candidates = max(1, limit - self.count())
+        return ctx
+
+    def bench(self, k, source: str, quick: bool):
+        """The full judgement. Once the run's start of the kernel timed the library (eager and
+        torch.compile per shape), later candidates are timed alone and get those timings copied."""
+        ctx = self.context(k)
+        st = self.orch.states.get(k.id)
+        kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
+                  dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
+        if st is None or not st.library:
+            return self.judge(**kw)
+        res = self.judge(**kw, baselines=False)
+        screening.fill_library(res, st.start_shapes)
+        return res
+
+    def screened(self, k, source: str):
+        """(result, plan) of the cheap screen, or (None, None) when the kernel is not screened
+        (no screen, or no timing of its best at its heaviest shape yet)."""
+        st = self.orch.states.get(k.id)
+        p = screening.plan(st.start_shapes, st.best_shapes) if st is not None and self.screen else None
+        if p is None:
+            return None, None
+        res = self.screen(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
+                          timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
+        return res, p
+
+    # -- resume ---------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """A kept verdict recorded just before a kill may lack its branch move: apply it now. The
+        last keep is the last by verdict time (a pool's judges finish out of order)."""
+        for k in self.kernels.values():
+            kept = [e for e in self.store.list_experiments(run_id=self.run.id, kernel_id=k.id)
+                    if e.status == "kept" and e.commit]
+            if not kept:
+                continue
+            last = max(kept, key=lambda e: (e.finished_at or e.created_at, e.number))
+            if not self.ws.same_content(self.ws.head(k.name), last.commit):
+                try:
+                    self.ws.keep_latest(k.name, self.ws.worktrees / f"reconcile-{last.tag}", last.commit)
+                except AutoKernelError:
+                    pass  # its commit is gone: nothing to re-apply
+
+    # -- the experiments ------------------------------------------------------------------------
+
+    def abandon(self, exp, exc: BaseException, t0: float) -> None:
+        """An experiment stopped by Ctrl-C or a bench/workspace failure: no running row left behind."""
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        self.store.update_experiment(exp.id, status="abandoned", error=reason[-2000:],
+                                     duration_s=time.monotonic() - t0, finished_at=utcnow())
+
+    def baselines(self) -> None:
+        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id)
+                if e.proposer == "baseline" and e.status != "abandoned"}
+        for k in self.kernels.values():
+            if k.id in done:
+                continue
+            if self.elapsed() >= self.budget_s:
+                # no budget left for a starting point: the kernel is not scheduled in this session
+                self.orch.mark_exhausted(k.id)
+                self.emit(LoopEvent("exhausted", f"{k.name}: no time left for its baseline", {"kernel": k.name}))
+                continue
+            exp, source = self.baseline_row(k)
+            t0 = time.monotonic()
+            try:
+                res = self.bench(k, source, quick=False)
+            except BaseException as exc:  # Ctrl-C or a bench failure: no running row left behind
+                self.abandon(exp, exc, t0)
+                raise
+            self.baseline_verdict(k, exp, res, time.monotonic() - t0)
+
+    def baseline_row(self, k, judge_id: Optional[int] = None) -> tuple[Any, str]:
+        """The running row of a kernel's starting point in this run, and its source."""
+        self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
+        source = self.ws.read(k.name)
+        from autokernel.kernelfile import parse_source
+
+        cfg = parse_source(source).config
+        exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
+                                        backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
+                                        description="starting point of this run", status="running",
+                                        config_json=json.dumps(cfg, sort_keys=True),
+                                        candidate_key=screening.key_of(source, k.dtype), judge_id=judge_id)
+        self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
+        return exp, source
+
+    def baseline_verdict(self, k, exp, res, seconds: float, **more) -> Any:
+        """Record a starting point's judgement; a kernel whose start is not correct is set aside."""
+        fields = res.experiment_fields()
+        status = "baseline" if res.correct else fields.get("status", "crashed")
+        fields.update(status=status, duration_s=seconds, finished_at=utcnow(), **more)
+        row = self.store.update_experiment(exp.id, **fields)
+        self.orch.record(row)
+        self.last_result[k.id] = res
+        if res.correct:
+            self.best_result[k.id] = res
+        if not res.correct:
+            self.orch.mark_exhausted(k.id)
+            self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
+                                "skipped", {"kernel": k.name}))
+        self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": row_view(row)}))
+        self.state_event()
+        return row
+
+    def spec(self, k):
+        """What the proposer is told the kernel must compute: its kernel type's spec."""
+        from autokernel.kernels import get_spec
+
+        return get_spec(k.kernel_type)
+
+    def propose(self, k, batch: int = 1) -> list[Proposal]:
+        """The proposer's candidates for kernel k (empty when it had none); `batch`: how many the
+        loop can judge at once (a pool's free judges). A fatal endpoint error or a spent LLM budget
+        propagates."""
+        source = self.ws.read(k.name)
+        history = self.store.list_experiments(kernel_id=k.id)
+        ctx = self.brief(k, source, history)
+        ctx.batch = batch
+        try:
+            got = self.proposer.propose(source, self.spec(k), history, self.last_result.get(k.id), kernel=ctx)
+        except SearchExhausted as exc:
+            self.orch.mark_exhausted(k.id)
+            self.emit(LoopEvent("exhausted", f"{k.name}: {exc.one_line()}", {"kernel": k.name}))
+            return []
+        except LLMBudgetSpent:
+            raise
+        except ProposerError as exc:
+            if isinstance(exc, LLMError) and exc.fatal:
+                raise  # the endpoint refuses the configuration: the run stops
+            n = self.failures[k.id] = self.failures.get(k.id, 0) + 1
+            self.emit(LoopEvent("proposer_failed", f"{k.name}: {exc.one_line()}", {"kernel": k.name, "failures": n}))
+            if n >= MAX_PROPOSER_FAILURES:
+                self.orch.mark_exhausted(k.id)
+                self.emit(LoopEvent("exhausted", f"{k.name}: {n} failed proposals in a row; set aside",
+                                    {"kernel": k.name}))
+            return []
+        self.failures[k.id] = 0
+        proposals = got if isinstance(got, list) else [got]
+        limit = self.experiment_limit()
+        if limit is not None:
+            proposals = proposals[:max(1, limit - self.count())]
+        return proposals
+
+    def start_experiment(self, k, proposal: Proposal, key: Optional[str], judge: str = "") -> tuple[Any, str]:
+        exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
+                                        backend=k.backend, proposer=self.agent, description=proposal.description,
+                                        config_json=json.dumps(proposal.config, sort_keys=True, default=str),
+                                        status="running", llm_call_id=proposal.llm_call_id, candidate_key=key)
+        tag = f"{k.kernel_type}-r{self.run.id}-e{exp.number}"
+        self.store.update_experiment(exp.id, tag=tag)
+        if proposal.llm_call_id is not None:
+            call = self.store.get_llm_call(proposal.llm_call_id)
+            if call.experiment_id is None:  # the first candidate of the call; all name it in llm_call_id
+                self.store.update_llm_call(call.id, experiment_id=exp.id)
+        self.emit(LoopEvent("start", f"#{exp.number} {k.name}: {proposal.description}" + (f" [{judge}]" if judge else ""),
+                            {"number": exp.number, "kernel": k.name, "description": proposal.description,
+                             "judge": judge}))
+        return exp, tag
+
+    def experiments(self, k, proposals: list[Proposal]) -> None:
+        """Judge a batch of candidates for one kernel, each in its own worktree from the same branch
+        head, against the best before the batch; the fastest that beats it is kept, the rest reverted.
+        A batch of one is the classic keep/revert experiment. A candidate judged before is skipped;
+        one the screen stops is "screened" without the full judgement."""
+        st = self.orch.states[k.id]
+        best_us, best_iqr = st.best_us, st.best_iqr_us
+        seen = screening.judged_keys(self.store.list_experiments(kernel_id=k.id))
+        open_: list[tuple[Any, Any, Optional[str], float]] = []  # (row, worktree, sha, t0) without a verdict
+        judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
+        try:
+            for proposal in proposals:
+                new, key = self.new_candidate(k, proposal, seen)
+                if not new:
+                    continue
+                t0 = time.monotonic()
+                exp, tag = self.start_experiment(k, proposal, key)
+                open_.append((exp, None, None, t0))
+                worktree = self.ws.start_experiment(k.name, tag)
+                open_[-1] = (exp, worktree, None, t0)
+                sha = self.ws.commit_experiment(worktree, proposal.source, f"{tag}: {proposal.description}", tag)
+                open_[-1] = (exp, worktree, sha, t0)
+                self.store.update_experiment(exp.id, commit=sha)
+                res, plan = self.screened(k, proposal.source)
+                extra: dict = {}
+                if res is not None:
+                    extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
+                    if screening.stopped(res, plan, self.margin):
+                        extra.update(screening.screened_fields(res, plan))
+                    elif res.correct:
+                        res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement
+                else:
+                    res = self.bench(k, proposal.source, quick=proposal.quick)
+                judged.append((exp, worktree, sha, res, time.monotonic() - t0, extra))
+            if proposals and not judged:  # only repeats: a proposer that cannot leave them is set aside
+                n = self.repeats[k.id] = self.repeats.get(k.id, 0) + 1
+                if n >= MAX_PROPOSER_FAILURES:
+                    self.orch.mark_exhausted(k.id)
+                    self.emit(LoopEvent("exhausted", f"{k.name}: {n} proposals in a row were all judged before; "
+                                        "set aside", {"kernel": k.name}))
+            else:
+                self.repeats[k.id] = 0
+            # a screened candidate has no full judgement: never kept (its status is set already)
+            eligible = [j for j in judged if keepable(j[3], j[5], best_us, best_iqr)]
+            winner = min(eligible, key=lambda j: j[3].latency_us) if eligible else None
+            rows = []
+            for exp, worktree, sha, res, seconds, extra in judged:
+                fields = verdict_fields(res, extra, winner is not None and exp.id == winner[0].id, seconds)
+                rows.append((self.store.update_experiment(exp.id, **fields), res))
+                open_ = [o for o in open_ if o[0].id != exp.id]
+                if fields["status"] == "kept":
+                    self.ws.keep(k.name, worktree, sha)
+                else:
+                    self.ws.revert(k.name, worktree, sha)
+        except BaseException as exc:
+            # Ctrl-C (or a workspace/bench failure): leave no running row and no worktree behind.
+            for exp, worktree, sha, t0 in open_:
+                if worktree is not None:
+                    try:
+                        self.ws.revert(k.name, worktree, sha)
+                    except Exception:
+                        pass
+                self.abandon(exp, exc, t0)
+            raise
+        for row, res in rows:
+            self.recorded(k, row, res)
+        self.state_event()
+
+    def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
+        """(whether the proposal is new, its key): one judged before (its key in `seen`) is
+        skipped and said; a new one's key joins `seen`."""
+        key = screening.key_of(proposal.source, k.dtype)
+        if key is not None and key in seen:
+            self.duplicates += 1
+            self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",
+                                {"kernel": k.name, "key": key}))
+            return False, key
+        seen.add(key)
+        return True, key
+
+    def recorded(self, k, row, res) -> None:
+        """A candidate's verdict, in the store already, told to the scheduler and the live view."""
+        self.orch.record(row)
+        self.last_result[k.id] = res
+        if row.status == "kept":
+            self.best_result[k.id] = res
+        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": row_view(row)}))
+
+    def experiment_limit(self) -> Optional[int]:
+        """How many experiments count() may reach before the loop stops (None: no limit)."""
+        return self.max_experiments
+
+    def run_budget(self) -> str:
+        """Experiments until the budget, the experiment limit or the kernels run out; returns why it stopped."""
+        while True:
+            if self.elapsed() >= self.budget_s:
+                return self.BUDGET_SPENT
+            limit = self.experiment_limit()
+            if limit is not None and self.count() >= limit:
+                return f"{limit} experiments done"
+            st = self.orch.pick()
+            if st is None:
+                return self.NOTHING_LEFT
+            invest = "investing" in self.orch.reason
+            if (st.kernel_id, invest) != self.last_reason:  # said when the choice (or its ground) changes
+                self.last_reason = (st.kernel_id, invest)
+                self.emit(LoopEvent("schedule", self.orch.reason, {"kernel": st.name, "invest": invest}))
+            k = self.kernels[st.kernel_id]
+            try:
+                proposals = self.propose(k)
+            except LLMBudgetSpent as exc:
+                self.llm_budget_spent = True
+                return exc.one_line()
+            if proposals:
+                self.experiments(k, proposals)
+
+
+def keepable(res, extra: dict, best_us: Optional[float], best_iqr: Optional[float]) -> bool:
+    """The keep rule: a full judgement (a screened candidate has none), correct, timed, not flagged,
+    faster than the best by more than the noise."""
+    return (extra.get("status") != "screened" and res.correct and res.latency_us is not None and not res.flagged
+            and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr))
+
+
+def verdict_fields(res, extra: dict, kept: bool, seconds: float) -> dict[str, Any]:
+    """The row of a judged candidate: the result's columns, kept or reverted when correct."""
+    fields = res.experiment_fields()
+    if res.correct:
+        fields["status"] = "kept" if kept else "reverted"
+        if res.flagged:
+            fields["error"] = "speed-up over 10x: flagged for review, not kept"
+    fields.update(extra)
+    fields.update(duration_s=seconds, finished_at=utcnow())
+    return fields
+
+
+def row_view(e) -> dict[str, Any]:
+    """An experiment row as the live view's events carry it."""
+    return {k: getattr(e, k) for k in ("number", "tag", "kernel_type", "status", "commit", "description",
+                                       "latency_us", "speedup_vs_eager", "pct_peak", "duration_s", "error")}
