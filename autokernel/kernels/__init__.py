@@ -10,8 +10,9 @@ from pathlib import Path
 from autokernel.kernels import registry
 from autokernel.kernels.spec import KernelSpec
 
-KERNEL_TYPES: tuple[str, ...] = registry.BUILTIN
+KERNEL_TYPES: tuple[str, ...] = registry.BUILTIN  # the built-in types; kernel_types() adds registered ones
 BACKENDS: tuple[str, ...] = tuple(registry.BACKENDS)
+kernel_types = registry.kernel_types
 
 
 def get_spec(kernel_type: str) -> KernelSpec:
