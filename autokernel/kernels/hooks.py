@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
+from math import prod
 from typing import Any, Callable
 
 import torch
@@ -64,6 +65,11 @@ class Hooks:
 def rows_cols(x: torch.Tensor) -> Shape:
     cols = x.shape[-1] if x.dim() else 1
     return {"rows": x.numel() // max(cols, 1), "cols": cols}
+
+
+def rows_last(shape: list[int], last: str = "cols") -> Shape:
+    """A recorded input shape [..., n] as {"rows": product of the leading dims, last: n}."""
+    return {"rows": prod(shape[:-1]), last: shape[-1]}
 
 
 def flat(x: torch.Tensor) -> torch.Tensor:

@@ -4,21 +4,20 @@ F.cross_entropy with class-index targets and mean or sum reduction, transformers
 from __future__ import annotations
 
 from contextlib import ExitStack
-from math import prod
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autokernel.kernels.hooks import Hooks, Shape, patch_attr
+from autokernel.kernels.hooks import Hooks, Shape, patch_attr, rows_last
 
 
 class CrossEntropyHooks(Hooks):
     aten_ops = ("aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        return {"rows": prod(shapes[0][:-1]), "vocab": shapes[0][-1]}
+        return rows_last(shapes[0], "vocab")
 
     def claims_module(self, m: nn.Module) -> bool:
         return isinstance(m, nn.CrossEntropyLoss)

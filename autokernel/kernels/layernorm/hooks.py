@@ -3,20 +3,19 @@ last dim with an affine weight (plug; a missing bias is passed as zeros)."""
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from autokernel.kernels.hooks import Hooks, Shape, flat_forward
+from autokernel.kernels.hooks import Hooks, Shape, flat_forward, rows_last
 
 
 class LayerNormHooks(Hooks):
     aten_ops = ("aten::layer_norm", "aten::native_layer_norm")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        return {"rows": prod(shapes[0][:-1]), "cols": shapes[0][-1]}
+        return rows_last(shapes[0])
 
     def claims_module(self, m: nn.Module) -> bool:
         return isinstance(m, nn.LayerNorm)

@@ -4,20 +4,19 @@ of a floating tensor, with no dtype and no keepdim (plug)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
-from math import prod
 from typing import Any
 
 import torch
 from torch import nn
 
-from autokernel.kernels.hooks import Hooks, Shape, flat, patch_attr
+from autokernel.kernels.hooks import Hooks, Shape, flat, patch_attr, rows_last
 
 
 class ReduceHooks(Hooks):
     aten_ops = ("aten::sum", "aten::mean")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        return {"rows": prod(shapes[0][:-1]), "cols": shapes[0][-1]}
+        return rows_last(shapes[0])
 
     def plug(self, stack: ExitStack, model: nn.Module, route: Any) -> int:
         orig_sum, orig_tsum = torch.sum, torch.Tensor.sum

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any, Callable
 
 from torch import nn
 
-from autokernel.kernels.hooks import Hooks, Shape, flat_forward
+from autokernel.kernels.hooks import Hooks, Shape, flat_forward, rows_last
 
 
 class RMSNormHooks(Hooks):
     aten_ops = ("aten::rms_norm", "aten::_fused_rms_norm")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        return {"rows": prod(shapes[0][:-1]), "cols": shapes[0][-1]}
+        return rows_last(shapes[0])
 
     def claims_module(self, m: nn.Module) -> bool:
         return type(m).__name__.endswith("RMSNorm") or isinstance(m, getattr(nn, "RMSNorm", ()))

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from math import prod
 from typing import Any
 
 import torch.nn.functional as F
 from torch import nn
 
-from autokernel.kernels.hooks import Hooks, Shape, flat, patch_attr
+from autokernel.kernels.hooks import Hooks, Shape, flat, patch_attr, rows_last
 
 
 class SoftmaxHooks(Hooks):
     aten_ops = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        return {"rows": prod(shapes[0][:-1]), "cols": shapes[0][-1]}
+        return rows_last(shapes[0])
 
     def claims_module(self, m: nn.Module) -> bool:
         return isinstance(m, nn.Softmax)
