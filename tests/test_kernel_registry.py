@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 import autokernel
 from autokernel.kernelfile import read_kernel_file
@@ -80,13 +79,12 @@ def test_modules_acting_per_type_name_no_type():
 
 FAKE_SPEC = '''
 import torch
-import torch.nn.functional as F
 
 from autokernel.kernels.spec import KernelSpec, randn
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x)
+    return torch.special.entr(x)
 
 
 def make_inputs(s, dtype, device, gen=None, scale="normal"):
@@ -98,7 +96,7 @@ def shape_of(x, *rest):
 
 
 SPEC = KernelSpec(
-    name="gelu_fake", description="gelu, registered by a test", shape_keys=("rows", "cols"),
+    name="entr_fake", description="torch.special.entr, registered by a test", shape_keys=("rows", "cols"),
     make_inputs=make_inputs,
     reference=reference, shape_of=shape_of, flops=lambda s, d: 8.0 * s["rows"] * s["cols"],
     bytes=lambda s, d: 8.0 * s["rows"] * s["cols"], default_shapes=[{"rows": 64, "cols": 64}],
@@ -106,41 +104,40 @@ SPEC = KernelSpec(
 '''
 
 FAKE_HOOKS = '''
-from math import prod
-
-from torch import nn
-
-from autokernel.kernels.hooks import Hooks, flat_forward
+from autokernel.kernels.hooks import Hooks, flat_forward, rows_last
 
 
-class GeluHooks(Hooks):
-    aten_ops = ("aten::gelu",)
+class EntrHooks(Hooks):
+    aten_ops = ("aten::special_entr",)
 
     def op_shape(self, op, shapes):
-        return {"rows": prod(shapes[0][:-1]), "cols": shapes[0][-1]}
+        return rows_last(shapes[0])
 
     def claims_module(self, m):
-        return isinstance(m, nn.GELU)
+        return type(m).__name__ == "Entropy"
 
     def plug_module(self, m, route):
-        return flat_forward(route, m, lambda mm: ()) if isinstance(m, nn.GELU) else None
+        return flat_forward(route, m, lambda mm: ()) if type(m).__name__ == "Entropy" else None
 
 
-HOOKS = GeluHooks()
+HOOKS = EntrHooks()
 '''
 
 FACTORY = '''
 import torch
 from torch import nn
-import torch.nn.functional as F
+
+class Entropy(nn.Module):
+    def forward(self, p):
+        return torch.special.entr(p)
 
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.proj = nn.Linear(16, 40)
-        self.act = nn.GELU()
+        self.act = Entropy()
     def forward(self, x):
-        return F.gelu(self.act(self.proj(x)) * 2.0)
+        return torch.special.entr(self.act(self.proj(x).sigmoid()) * 2.0)
 
 def make():
     torch.manual_seed(0)
@@ -149,41 +146,42 @@ def make():
 
 
 @pytest.fixture
-def gelu_fake(tmp_path, monkeypatch):
-    pkg = tmp_path / "fake_types" / "gelu_fake"
+def entr_fake(tmp_path, monkeypatch):
+    pkg = tmp_path / "fake_types" / "entr_fake"
     pkg.mkdir(parents=True)
     (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text(textwrap.dedent(FAKE_SPEC))
     (pkg / "hooks.py").write_text(textwrap.dedent(FAKE_HOOKS))
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry.register("gelu_fake", "fake_types.gelu_fake")
+    registry.register("entr_fake", "fake_types.entr_fake")
     yield tmp_path
-    registry.unregister("gelu_fake")
-    assert "gelu_fake" not in kernel_types()
+    registry.unregister("entr_fake")
+    assert "entr_fake" not in kernel_types()
 
 
-def test_a_type_registered_from_its_own_package_is_profiled_and_plugged(gelu_fake):
-    assert kernel_types()[-1] == "gelu_fake" and get_spec("gelu_fake").name == "gelu_fake"
-    assert module_kernel_type(nn.GELU()) == "gelu_fake" and op_types()["aten::gelu"] == "gelu_fake"
-    f = gelu_fake / "net.py"
+def test_a_type_registered_from_its_own_package_is_profiled_and_plugged(entr_fake):
+    assert kernel_types()[-1] == "entr_fake" and get_spec("entr_fake").name == "entr_fake"
+    assert op_types()["aten::special_entr"] == "entr_fake"
+    f = entr_fake / "net.py"
     f.write_text(FACTORY)
     bundle = load_model(f"{f}:make", device="cpu")
     r = profile_model(bundle, warmup=1, iters=2)
-    e = r.entry("gelu_fake")
-    # the nn.GELU module (a range) and the F.gelu call outside it (aten::gelu): two calls of 6x40
+    assert module_kernel_type(bundle.model.act) == "entr_fake"
+    e = r.entry("entr_fake")
+    # the Entropy module (a range) and the entr call outside it (aten::special_entr): two calls of 6x40
     assert e is not None and e["calls"] == 2 and e["shapes"] == [{"rows": 6, "cols": 40}]
     assert r.entry("matmul")["shapes"] == [{"M": 6, "N": 40, "K": 16}]
 
     seen = []
 
-    def gelu_kernel(x):
+    def entr_kernel(x):
         seen.append(tuple(x.shape))
-        return torch.nn.functional.gelu(x)
+        return torch.special.entr(x)
 
     with torch.inference_mode():
         ref = bundle.forward()
-        with plugged(bundle.model, {"gelu_fake": gelu_kernel}) as rep:
+        with plugged(bundle.model, {"entr_fake": entr_kernel}) as rep:
             out = bundle.forward()
-            assert rep.sites == {"gelu_fake": 1} and rep.calls == {"gelu_fake": 1}
+            assert rep.sites == {"entr_fake": 1} and rep.calls == {"entr_fake": 1}
         assert not bundle.model.act.__dict__.get("forward")  # restored
     assert seen == [(6, 40)] and torch.equal(out, ref)
