@@ -26,7 +26,7 @@ from autokernel.amdahl import kernel_speedup
 from autokernel.config import Paths, resolve_home
 from autokernel.dispatch import Decision, Decisions, from_bench
 from autokernel.errors import ConfigError, NotFoundError
-from autokernel.kernels import KERNEL_TYPES, get_spec, starter_path
+from autokernel.kernels import get_spec, kernel_types, starter_path
 from autokernel.ops import KernelOp, register_source
 from autokernel.plug import Plug
 
@@ -70,7 +70,7 @@ def best_kernels(store: Any, workspace: Any, model: str, names: Iterable[str] | 
         rows = [k for k in rows if k.name in wanted or k.kernel_type in wanted]
     best: dict[str, KeptKernel] = {}
     for k in rows:
-        if k.kernel_type not in KERNEL_TYPES:
+        if k.kernel_type not in kernel_types():
             continue
         exp = store.best_experiment(k.id)
         if only_kept and not names and not (exp is not None and (exp.status == "kept" or exp.speedup_vs_eager)):
@@ -153,8 +153,8 @@ class Applied(Plug):
 def _kernels_from_files(spec: dict[str, Any]) -> list[KeptKernel]:
     out = []
     for t, value in spec.items():
-        if t not in KERNEL_TYPES:
-            raise ConfigError(f"unknown kernel type {t!r}; known: {', '.join(KERNEL_TYPES)}")
+        if t not in kernel_types():
+            raise ConfigError(f"unknown kernel type {t!r}; known: {', '.join(kernel_types())}")
         text = str(value)
         path = Path(text) if "\n" not in text and Path(text).is_file() else None
         source = path.read_text() if path is not None else text
@@ -184,11 +184,11 @@ def _store_model(store: Any, run: int | None) -> str:
 def choose_kernels(paths: Paths, run: int | None, kernels: Any) -> tuple[list[KeptKernel], Any]:
     """(kernels, the open store or None) for apply()'s arguments."""
     if isinstance(kernels, str) and kernels == STARTERS:
-        return [starter_kernel(t) for t in KERNEL_TYPES], None
+        return [starter_kernel(t) for t in kernel_types()], None
     if isinstance(kernels, dict):
         return _kernels_from_files(kernels), None
     names = [kernels] if isinstance(kernels, str) else list(kernels) if kernels is not None else None
-    if not paths.db.exists() and names and all(t in KERNEL_TYPES for t in names):
+    if not paths.db.exists() and names and all(t in kernel_types() for t in names):
         return [starter_kernel(t) for t in names], None  # types on a machine with no runs yet
     if not paths.db.exists():
         raise NotFoundError(f"no AutoKernel store at {paths.home}: run `autokernel loop` there first, "
@@ -202,7 +202,7 @@ def choose_kernels(paths: Paths, run: int | None, kernels: Any) -> tuple[list[Ke
         chosen = best_kernels(store, Workspace.open(paths), model, names)
         if names:
             have = {k.kernel_type for k in chosen}
-            chosen += [starter_kernel(t) for t in names if t in KERNEL_TYPES and t not in have]
+            chosen += [starter_kernel(t) for t in names if t in kernel_types() and t not in have]
     except BaseException:
         store.close()
         raise

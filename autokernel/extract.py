@@ -19,7 +19,7 @@ import json
 from typing import Any, Callable
 
 from autokernel.errors import NotFoundError
-from autokernel.kernels import BACKENDS, KERNEL_TYPES, starter_path
+from autokernel.kernels import BACKENDS, kernel_types, starter_path
 from autokernel.store import Store
 from autokernel.store.tables import Kernel, Profile
 
@@ -60,7 +60,7 @@ def resolve_profile(store: Store, profile_id: int | None = None, model: str | No
 
 def bottlenecks(profile: Profile, top: int) -> list[dict[str, Any]]:
     """The top-N classified entries (never "other"), largest share first."""
-    entries = [e for e in json.loads(profile.entries_json or "[]") if e.get("kernel_type") in KERNEL_TYPES]
+    entries = [e for e in json.loads(profile.entries_json or "[]") if e.get("kernel_type") in kernel_types()]
     entries.sort(key=lambda e: -float(e.get("share", 0.0)))
     return entries[: max(top, 0)]
 

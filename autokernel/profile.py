@@ -24,40 +24,26 @@ lets a reader see the matmul share including them (ProfileResult.matmul_share_in
 from __future__ import annotations
 
 import statistics
-import sys
 from collections import Counter, defaultdict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from math import prod
 from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
+from autokernel.kernels import registry
 from autokernel.models import ModelBundle
 
 RANGE_PREFIX = "ak::"
 MAX_SHAPES = 16
 
-# aten ops that are a kernel type on their own (outside any composite range)
-OP_TYPES: dict[str, str] = {
-    "aten::linear": "matmul", "aten::matmul": "matmul", "aten::mm": "matmul", "aten::addmm": "matmul",
-    "aten::bmm": "matmul", "aten::baddbmm": "matmul", "aten::addbmm": "matmul",
-    "aten::softmax": "softmax", "aten::_softmax": "softmax", "aten::_safe_softmax": "softmax",
-    "aten::layer_norm": "layernorm", "aten::native_layer_norm": "layernorm",
-    "aten::rms_norm": "rmsnorm", "aten::_fused_rms_norm": "rmsnorm",
-    "aten::scaled_dot_product_attention": "flash_attention",
-    "aten::_scaled_dot_product_flash_attention": "flash_attention",
-    "aten::_scaled_dot_product_efficient_attention": "flash_attention",
-    "aten::_scaled_dot_product_cudnn_attention": "flash_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash_attention",
-    "aten::_flash_attention_forward": "flash_attention", "aten::_efficient_attention_forward": "flash_attention",
-    "aten::cross_entropy_loss": "cross_entropy", "aten::nll_loss": "cross_entropy",
-    "aten::nll_loss_nd": "cross_entropy",
-    "aten::sum": "reduce", "aten::mean": "reduce",
-}
-GEMM_OPS = {k for k, v in OP_TYPES.items() if v == "matmul"}
+
+def op_types() -> dict[str, str]:
+    """aten ops that are a kernel type on their own (outside any composite range) -> the type,
+    from every registered type's hooks."""
+    return {op: t for t in registry.kernel_types() for op in registry.hooks(t).aten_ops}
 
 
 @dataclass
@@ -94,48 +80,17 @@ class ProfileResult:
 
 # -- instrumentation ----------------------------------------------------------------------------
 
-def _rows_cols(x: torch.Tensor) -> dict[str, int]:
-    cols = x.shape[-1] if x.dim() else 1
-    return {"rows": x.numel() // max(cols, 1), "cols": cols}
-
-
-def is_swiglu_mlp(m: nn.Module) -> bool:
-    return all(isinstance(getattr(m, n, None), nn.Linear) for n in ("gate_proj", "up_proj", "down_proj"))
-
-
 def module_kernel_type(m: nn.Module) -> str | None:
-    """The kernel type a whole module computes, or None when its parts are classified separately."""
-    name = type(m).__name__
-    if name.endswith("RMSNorm") or isinstance(m, getattr(nn, "RMSNorm", ())):
-        return "rmsnorm"
-    if isinstance(m, nn.LayerNorm):
-        return "layernorm"
-    if is_swiglu_mlp(m):
-        return "fused_mlp"
-    if isinstance(m, nn.Softmax):
-        return "softmax"
-    if isinstance(m, nn.CrossEntropyLoss):
-        return "cross_entropy"
-    return None
+    """The kernel type a whole module computes (the first registered type whose hooks claim it), or
+    None when its parts are classified separately."""
+    return next((t for t in registry.kernel_types() if registry.hooks(t).claims_module(m)), None)
 
 
 def _module_shapes(kind: str, m: nn.Module, args: tuple) -> list[dict[str, int]]:
     x = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if x is None:
         return []
-    if kind == "fused_mlp":
-        return [{"tokens": x.numel() // x.shape[-1], "hidden": x.shape[-1], "ffn": m.gate_proj.out_features}]
-    if kind == "cross_entropy":
-        return [{"rows": x.numel() // x.shape[-1], "vocab": x.shape[-1]}]
-    return [_rows_cols(x)]
-
-
-def _attention_shapes(module: Any, q: torch.Tensor, k: torch.Tensor, kwargs: dict) -> list[dict[str, int]]:
-    causal = kwargs.get("is_causal")
-    if causal is None:
-        causal = bool(getattr(module, "is_causal", False)) and q.shape[2] > 1
-    return [{"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "seq": q.shape[2],
-             "head_dim": q.shape[3], "causal": int(bool(causal))}]
+    return registry.hooks(kind).module_shapes(m, x)
 
 
 class Tracker:
@@ -161,33 +116,24 @@ class Tracker:
         self.labels.clear()
 
 
-def _modeling_modules() -> list[Any]:
-    return [m for n, m in list(sys.modules.items())
-            if n.startswith("transformers.models.") and ".modeling_" in n and m is not None]
+class _Instrumenting:
+    """What a type's hooks get to wrap functions in its profiler range (Hooks.instrument)."""
 
+    def __init__(self, kind: str, tracker: Tracker, stack: ExitStack):
+        self.kind, self.tracker, self.stack = kind, tracker, stack
 
-def _wrap_attention(fn: Callable, label: str, tracker: Tracker) -> Callable:
-    def wrapped(module, query, key, value, *args, **kwargs):
-        tracker.record("flash_attention", label, _attention_shapes(module, query, key, kwargs))
-        with record_function(f"{RANGE_PREFIX}flash_attention::{label}"):
-            return fn(module, query, key, value, *args, **kwargs)
-    wrapped.__wrapped__ = fn
-    return wrapped
+    def patch(self, obj: Any, attr: str, new: Any) -> None:
+        self.stack.callback(setattr, obj, attr, getattr(obj, attr))
+        setattr(obj, attr, new)
 
+    def on_exit(self, fn: Callable[[], Any]) -> None:
+        self.stack.callback(fn)
 
-def _wrap_rotary(fn: Callable, tracker: Tracker) -> Callable:
-    # with the `kernels` package installed, transformers wraps this function in a hub-kernel
-    # module that has no __name__
-    name = getattr(fn, "__name__", "apply_rotary_pos_emb")
-
-    def wrapped(q, k, *args, **kwargs):
-        shapes = [{"batch": t.shape[0], "heads": t.shape[1], "seq": t.shape[2], "head_dim": t.shape[3]}
-                  for t in (q, k) if isinstance(t, torch.Tensor) and t.dim() == 4]
-        tracker.record("rotary_embedding", name, shapes)
-        with record_function(f"{RANGE_PREFIX}rotary_embedding::{name}"):
-            return fn(q, k, *args, **kwargs)
-    wrapped.__wrapped__ = fn
-    return wrapped
+    @contextmanager
+    def range(self, label: str, shapes: list[dict[str, int]]) -> Iterator[None]:
+        self.tracker.record(self.kind, label, shapes)
+        with record_function(f"{RANGE_PREFIX}{self.kind}::{label}"):
+            yield
 
 
 @contextmanager
@@ -195,7 +141,6 @@ def instrument(model: nn.Module) -> Iterator[Tracker]:
     """Add the classification ranges to `model` (and transformers' functions) for the duration."""
     tracker = Tracker()
     handles = []
-    patched: list[tuple[Any, str, Any]] = []
     open_ranges: dict[int, list] = defaultdict(list)
 
     for m in model.modules():
@@ -218,35 +163,14 @@ def instrument(model: nn.Module) -> Iterator[Tracker]:
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post))
 
-    def patch(obj: Any, attr: str, new: Any) -> None:
-        patched.append((obj, attr, getattr(obj, attr)))
-        setattr(obj, attr, new)
-
-    for mod in _modeling_modules():
-        if callable(getattr(mod, "apply_rotary_pos_emb", None)):
-            patch(mod, "apply_rotary_pos_emb", _wrap_rotary(mod.apply_rotary_pos_emb, tracker))
-        if callable(getattr(mod, "eager_attention_forward", None)):
-            patch(mod, "eager_attention_forward",
-                  _wrap_attention(mod.eager_attention_forward, "eager attention", tracker))
-    registry = None
     try:
-        from transformers.modeling_utils import AttentionInterface
-        registry = AttentionInterface._global_mapping
-        saved_registry = dict(registry)
-        for key, fn in saved_registry.items():
-            registry[key] = _wrap_attention(fn, f"attention ({key})", tracker)
-    except ImportError:
-        pass
-    try:
-        yield tracker
+        with ExitStack() as stack:
+            for kind in registry.kernel_types():
+                registry.hooks(kind).instrument(_Instrumenting(kind, tracker, stack))
+            yield tracker
     finally:
         for h in handles:
             h.remove()
-        for obj, attr, old in reversed(patched):
-            setattr(obj, attr, old)
-        if registry is not None:
-            registry.clear()
-            registry.update(saved_registry)
 
 
 # -- attribution ----------------------------------------------------------------------------------
@@ -255,26 +179,12 @@ def _op_shape(kind: str, name: str, shapes: list[list[int]]) -> dict[str, int] |
     """A shape dict in the spec's keys from an aten op's recorded input shapes."""
     ts = [s for s in shapes if isinstance(s, (list, tuple)) and len(s) > 0]
     try:
-        if kind == "matmul":
-            if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm"):
-                ts = ts[1:3]
-            a, b = ts[0], ts[1]
-            if name == "aten::linear":  # weight is [N, K]
-                return {"M": prod(a[:-1]), "N": b[0], "K": a[-1]}
-            return {"M": prod(a[:-1]), "N": b[-1], "K": a[-1]}
-        if kind in ("softmax", "layernorm", "rmsnorm", "reduce"):
-            return {"rows": prod(ts[0][:-1]), "cols": ts[0][-1]}
-        if kind == "cross_entropy":
-            return {"rows": prod(ts[0][:-1]), "vocab": ts[0][-1]}
-        if kind == "flash_attention":
-            q, k = ts[0], ts[1]
-            return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "seq": q[2], "head_dim": q[3], "causal": 0}
+        return registry.hooks(kind).op_shape(name, ts)
     except (IndexError, TypeError):
         return None
-    return None
 
 
-def _classify(evt: Any, cache: dict[int, tuple]) -> tuple[str, str, Any]:
+def _classify(evt: Any, cache: dict[int, tuple], ops: dict[str, str]) -> tuple[str, str, Any]:
     """(kernel type, label, the op node that counts as the call) for one profiler event."""
     key = id(evt)
     if key in cache:
@@ -286,8 +196,8 @@ def _classify(evt: Any, cache: dict[int, tuple]) -> tuple[str, str, Any]:
             _, kind, label = name.split("::", 2)
             best = (kind, label, node)
             break
-        if name in OP_TYPES:
-            best = (OP_TYPES[name], name, node)  # keep walking: the outermost known op wins
+        if name in ops:
+            best = (ops[name], name, node)  # keep walking: the outermost known op wins
         node = node.cpu_parent
     result = best or ("other", evt.name, None)
     cache[key] = result
@@ -373,6 +283,7 @@ def _profile(bundle: ModelBundle, warmup: int, iters: int, on_gpu: bool) -> Prof
 
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU and not e.is_async]
     cache: dict[int, tuple] = {}
+    ops = op_types()
     time_us: Counter = Counter()
     gemm_us: Counter = Counter()
     labels: dict[str, Counter] = defaultdict(Counter)
@@ -380,9 +291,9 @@ def _profile(bundle: ModelBundle, warmup: int, iters: int, on_gpu: bool) -> Prof
     op_calls: Counter = Counter()
     op_shapes: dict[str, Counter] = defaultdict(Counter)
     for evt in events:
-        kind, label, node = _classify(evt, cache)
+        kind, label, node = _classify(evt, cache, ops)
         own = _own_time_us(evt, on_gpu)
-        if node is evt and evt.name in OP_TYPES:
+        if node is evt and evt.name in ops:
             # an outermost aten op of a known type outside any range: one call of that type
             op_calls[kind] += 1
             shape = _op_shape(kind, evt.name, list(evt.input_shapes or []))
@@ -394,7 +305,7 @@ def _profile(bundle: ModelBundle, warmup: int, iters: int, on_gpu: bool) -> Prof
         labels[kind][label] += own
         if kind == "other":
             other_ops[evt.name] += own
-        elif kind != "matmul" and _classify_ignoring_ranges(evt) == "matmul":
+        elif kind != "matmul" and _classify_ignoring_ranges(evt, ops) == "matmul":
             gemm_us[kind] += own
     if on_gpu:
         # kernels the profiler could not link to a CPU event still cost time: count them as other
@@ -432,12 +343,12 @@ def _profile(bundle: ModelBundle, warmup: int, iters: int, on_gpu: bool) -> Prof
                          iters=iters, top_ops=top_ops)
 
 
-def _classify_ignoring_ranges(evt: Any) -> str | None:
+def _classify_ignoring_ranges(evt: Any, ops: dict[str, str]) -> str | None:
     node = evt
     found = None
     while node is not None and not node.name.startswith(RANGE_PREFIX):
-        if node.name in OP_TYPES:
-            found = OP_TYPES[node.name]
+        if node.name in ops:
+            found = ops[node.name]
         node = node.cpu_parent
     return found
 

@@ -300,7 +300,7 @@ class WorkloadTimer:
             return []
         keys = self._screen(seen) if seen else {}
         # the attention route matters even where its kernel declines: it gives a plain causal prefill
-        # no mask (plug.causal_prefill_mask), so the call can take SDPA's is_causal path
+        # no mask (flash_attention hooks.causal_prefill_mask), so the call can take SDPA's is_causal path
         routes = sorted(set(keys) | ({"flash_attention"} & set(seen)))
         rows = []
         for mode in modes:

@@ -92,26 +92,26 @@ def compile_sm90(modname, fname, sig, consts, warps, div16):
             "v4_st": len(re.findall(r"st\.global(?:\.\w+)*\.v4", ptx)),
             "spill": spill, "regs": regs[0] if regs else None, "ok": r.returncode == 0}
 
-S = "autokernel.kernels.starters."
+S = "autokernel.kernels."
 out = {}
 for dt in ("bf16", "fp32"):
     sig = {"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", "sxr": "i32", "sxc": "constexpr",
            "syr": "i32", "tiles": "i32", "ROWS": "constexpr", "BLOCK_N": "constexpr", "LOG": "constexpr",
            "PERSISTENT": "constexpr"}
     div = ["x_ptr", "y_ptr", "cols", "sxr", "syr"]
-    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768, "LOG": False, "PERSISTENT": False}, 32, div)
-    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": False}, 8, div)
-    out[f"softmax_2048_persistent_{dt}"] = compile_sm90(S + "softmax", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": True}, 8, div)
+    out[f"softmax_32000_{dt}"] = compile_sm90(S + "softmax.triton_starter", "_softmax_fused", sig, {"sxc": 1, "ROWS": 1, "BLOCK_N": 32768, "LOG": False, "PERSISTENT": False}, 32, div)
+    out[f"softmax_2048_{dt}"] = compile_sm90(S + "softmax.triton_starter", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": False}, 8, div)
+    out[f"softmax_2048_persistent_{dt}"] = compile_sm90(S + "softmax.triton_starter", "_softmax_fused", sig, {"sxc": 1, "ROWS": 2, "BLOCK_N": 2048, "LOG": False, "PERSISTENT": True}, 8, div)
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "b_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32",
            "eps": "fp32", "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "sb": "constexpr", "syr": "i32",
            "ROWS": "constexpr", "BLOCK_N": "constexpr", "SHIFTED": "constexpr", "EVEN": "constexpr"}
-    out[f"layernorm_4096_{dt}"] = compile_sm90(S + "layernorm", "_layernorm_fused", sig,
+    out[f"layernorm_4096_{dt}"] = compile_sm90(S + "layernorm.triton_starter", "_layernorm_fused", sig,
         {"sxc": 1, "sw": 1, "sb": 1, "ROWS": 1, "BLOCK_N": 4096, "SHIFTED": False, "EVEN": True}, 16, ["x_ptr", "w_ptr", "b_ptr", "y_ptr", "cols", "sxr", "syr"])
     sig = {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "rows": "i32", "cols": "i32", "eps": "fp32",
            "sxr": "i32", "sxc": "constexpr", "sw": "constexpr", "syr": "i32", "tiles": "i32", "ROWS": "constexpr",
            "BLOCK_N": "constexpr", "PERSISTENT": "constexpr"}
     for persistent in (False, True):
-        out[f"rmsnorm_4096_{dt}" + ("_persistent" if persistent else "")] = compile_sm90(S + "rmsnorm", "_rmsnorm_fused", sig,
+        out[f"rmsnorm_4096_{dt}" + ("_persistent" if persistent else "")] = compile_sm90(S + "rmsnorm.triton_starter", "_rmsnorm_fused", sig,
             {"sxc": 1, "sw": 1, "ROWS": 1, "BLOCK_N": 4096, "PERSISTENT": persistent}, 16, ["x_ptr", "w_ptr", "y_ptr", "cols", "sxr", "syr"])
 print(json.dumps(out))
 '''

@@ -26,11 +26,6 @@ from autokernel.bench.share import TorchWork
 from autokernel.bench.result import StageVerdict
 from autokernel.kernels.spec import KernelSpec, Shape, to_dtype
 
-# Under the Triton interpreter tl.dot on bf16 operands is wrong (numpy has no bf16), so dot-based
-# types are swept in fp32/fp16 there; on the GPU every dtype is checked.
-DOT_TYPES = ("matmul", "fused_mlp", "flash_attention")
-
-
 @dataclass
 class StageContext:
     spec: KernelSpec
@@ -88,7 +83,7 @@ class StageContext:
         if self.quick:
             return [self.dtype], ""
         names = [self.dtype] + [d for d in self.spec.dtypes if d != self.dtype]
-        if self.interpreted and self.spec.name in DOT_TYPES and "bfloat16" in names and self.dtype != "bfloat16":
+        if self.interpreted and self.spec.uses_dot and "bfloat16" in names and self.dtype != "bfloat16":
             names.remove("bfloat16")
             return names, "bfloat16 skipped under the Triton interpreter (its tl.dot is wrong for bf16)"
         return names, ""

@@ -75,6 +75,9 @@ class KernelSpec:
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     adversarial: tuple[str, ...] = ("large", "tiny", "equal")  # scales make_inputs understands
     compute_bound: bool = False  # roofline against the matmul ceiling rather than bandwidth
+    # Its kernels multiply with tl.dot: under the Triton interpreter tl.dot on bf16 operands is
+    # wrong (numpy has no bf16), so the bench sweeps such a type in fp32/fp16 there.
+    uses_dot: bool = False
     # Substrings of GPU kernel names of the library op this type replaces; a candidate that
     # launches only these is rejected as not launching its own kernel.
     library_kernel_patterns: tuple[str, ...] = ()

@@ -46,10 +46,13 @@ def prompt_text(name: str) -> str:
 
 
 def kernel_notes(kernel_type: str) -> str:
-    """The `## <type>` section of kernels.md."""
-    text = prompt_text("kernels.md")
-    m = re.search(rf"^## {re.escape(kernel_type)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
-    return m.group(1).strip() if m else ""
+    """The type's notes.md, beside its spec and starters ("" for an unknown type or none)."""
+    from autokernel.kernels import registry
+
+    try:
+        return registry.notes(kernel_type)
+    except KeyError:
+        return ""
 
 
 def _section(text: str, heading: str) -> str:

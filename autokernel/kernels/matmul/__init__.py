@@ -99,6 +99,7 @@ SPEC = KernelSpec(
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "tiny", "equal"),
     compute_bound=True,
+    uses_dot=True,
     library_kernel_patterns=LIBRARY_PATTERNS,
     noncontiguous_args=(0, 1),
 )

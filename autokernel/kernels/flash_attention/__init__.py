@@ -160,6 +160,7 @@ SPEC = KernelSpec(
     adversarial=("large", "equal"),
     scale_tolerances={"large": {"float32": (5e-4, 5e-4)}},
     compute_bound=True,
+    uses_dot=True,
     library_kernel_patterns=LIBRARY_PATTERNS,
     noncontiguous_args=(0, 1, 2),
 )

@@ -102,6 +102,7 @@ SPEC = KernelSpec(
     tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "tiny", "equal"),
     compute_bound=True,
+    uses_dot=True,
     # cuBLAS GEMMs plus torch's elementwise kernels (silu, mul): the eager composite.
     library_kernel_patterns=GEMM_PATTERNS + ("silu", "elementwise_kernel", "mul_kernel"),
     noncontiguous_args=(0,),
