@@ -7,6 +7,10 @@ fallback_rules.py). OpRules inherits them.
 from __future__ import annotations
 
 from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, needs_layout, node_name, node_ndim
+from autokernel.kb.rule_base import Rules
+
+# the reductions over a dim the dim-reduction kernel computes (besides sums and means next to another starter)
+DIMRED_OPS = ("max", "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp")
 
 
 def _flip_dim(node, nd: int) -> int | None:
@@ -67,8 +71,8 @@ def scan_of(node) -> dict | None:
     return s
 
 
-class PatternRules:
-    """Mixin of OpRules: needs self.gm, self.fmt and self.generated (see OpRules)."""
+class PatternRules(Rules):
+    """The rules for the generated kernels' ops that span several nodes or need the fallback."""
 
     def fold_plan(self, key: str, find) -> dict:
         """node -> the pattern `find` found ending at it (a dict with "folded", the nodes before it
@@ -125,7 +129,7 @@ class PatternRules:
     def fallback_call(self, node) -> str | None:
         """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:
         nothing else would run a kernel of ours)."""
-        if not getattr(self, "fallback", False):
+        if not self.fallback:
             return None
         from autokernel.kb.fallback_rules import conv_args, pool_args
 

@@ -201,8 +201,8 @@ def trace_problem(problem):
     from autokernel.kb.norm_rewrites import rewrite_norms
     from autokernel.kb.op_rules import main_op
     from autokernel.kb.rewrites import rewrite
-    from autokernel.kb.rnn_pieces import rewrite_rnns
-    from autokernel.kb.trimm_pieces import rewrite_triangular
+    from autokernel.kb.kernel_rewrites import rewrite_rnns
+    from autokernel.kb.kernel_rewrites import rewrite_triangular
 
     mod = problem.load_module()
     torch.manual_seed(0)

@@ -1,0 +1,59 @@
+"""The Triton and host code the KB compiler writes into a solution file, as real modules.
+
+Each template is an importable, linted, tested module with the anatomy of a starter: a docstring,
+its imports (torch, triton, tl, the launch path, the other templates or starters whose names it
+calls), its tunables and kernels, a SEARCH_SPACE and, for the generated kernel families, a
+`kernel_fn` entry (the solution file's entry when that family is its only kernel). `template`
+reads a module's source and splits it into what the self-contained solution file gets: the
+body (no docstring, no imports: the file has torch, triton, tl and the launch path already,
+and the names imported here are defined by the other pieces written into the same file), the
+tunables and the entry.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Template:
+    body: str  # the source the solution file gets
+    space: dict  # its SEARCH_SPACE
+    entry: str  # its kernel_fn, or ""
+
+
+def split_source(src: str, drop_imports: bool = True, drop_names: tuple = ()) -> Template:
+    """The source of a template or starter without its docstring, top-level imports (with
+    `drop_imports`), SEARCH_SPACE and the assignments named in `drop_names`; its SEARCH_SPACE; its
+    kernel_fn (templates only: a starter's kernel_fn stays in its body)."""
+    tree = ast.parse(src)
+    lines = src.splitlines()
+    drop, space, entry = set(), {}, ""
+    for i, node in enumerate(tree.body):
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        span = set(range(first, node.end_lineno + 1))
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            drop |= span  # the module docstring
+        elif drop_imports and isinstance(node, (ast.Import, ast.ImportFrom)):
+            drop |= span
+        elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SEARCH_SPACE"]:
+            space = ast.literal_eval(node.value)
+            drop |= span
+        elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets][0] in drop_names:
+            drop |= span
+        elif drop_imports and isinstance(node, ast.FunctionDef) and node.name == "kernel_fn":
+            entry = "\n\n" + "\n".join(lines[first - 1:node.end_lineno]) + "\n"
+            drop |= span
+    keep = "\n".join(ln for n, ln in enumerate(lines, 1) if n not in drop)
+    while "\n\n\n\n" in keep:
+        keep = keep.replace("\n\n\n\n", "\n\n\n")
+    return Template("\n" + keep.strip("\n") + "\n", space, entry)
+
+
+@functools.lru_cache(maxsize=None)
+def template(name: str) -> Template:
+    """The template module `name` of this package, split for a solution file."""
+    return split_source((resources.files(__package__) / f"{name}.py").read_text())
