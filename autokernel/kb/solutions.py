@@ -1,49 +1,26 @@
-"""The initial ModelNew of a problem, built from the kernel library.
+"""The initial ModelNew of a problem, built from the kernel library: the compiler's driver.
 
-The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot;
-shapes propagated on the meta device, so nothing large is allocated, and inputs made on "cuda"
-trace without a GPU) and its forward is re-emitted
-as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
-- the problem's main op, when the library has a kernel for it, calls that Triton starter
-  (matmul / nn.Linear / bmm -> matmul, softmax and log_softmax over one dim, layer_norm (over any trailing dims),
-  sum / mean over one dim, adjacent dims or all -> reduce (losses, KL divergence, cosine
-  similarity, the triplet margin loss and torch.norm: their per-element part is elementwise, see
-  rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
-  mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
-  scaled_dot_product_attention -> flash_attention,
-  attention written out op by op (attention_rewrites.py) -> flash_attention,
-  nn.MultiheadAttention and nn.TransformerEncoder(Layer) (mha_rewrites.py: projections + sdpa),
-  or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
-  per file, except flash attention next to matmul (a second starter, its names prefixed _fa_);
-- every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
-  elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, xlogy, + - * / with a tensor, a
-  constant or a run-time Python number, bias adds) calls one generic Triton elementwise kernel
-  written here; a chain of them runs as one generated kernel, and one used only by a mean or sum
-  of all its elements (a loss) also sums its block there, the reduce starter adding up the
-  partial sums;
-- cumsum / cumprod of a floating tensor over one dim call a generated row-scan kernel
-  (templates/scan.py; a flip on both sides becomes a reversed scan, a bool mask a prologue);
-- max / min / amax / amin / argmax / argmin / prod over one dim call a generated dim-reduction
-  kernel (templates/dimred.py);
-- convolutions (transposed too) and max / average pools over 1-3 dims call a generated
-  implicit-GEMM convolution kernel (templates/conv.py) and a pooling kernel (templates/pool.py), but
-  only when nothing else would run a kernel of ours (fallback_rules.py): next to our elementwise
-  kernels they stay cuDNN's;
-- batch / instance / group norms (and layer norms next to another starter) become a generated
-  statistics kernel plus elementwise ops fused with what follows (norm_rewrites.py, templates/norm.py);
-- nn.GRU / nn.LSTM run a generated recurrent step kernel (templates/rnn.py, kernel_rewrites.py);
-- everything else stays the torch op it was (reshapes, max...).
+The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot),
+rewritten into ops the rules map one by one (rewrites.py, attention_rewrites.py, mha_rewrites.py,
+norm_rewrites.py, kernel_rewrites.py), and its forward re-emitted as a `ModelNew(Model)` subclass
+(same constructor, so the same seed gives the same weights) where each op a rule takes calls a kernel:
+- the problem's main op its library starter (op_rules.py: matmul, softmax, layernorm, rmsnorm,
+  reduce, flash_attention, cross_entropy; flash attention may come as a second starter next to
+  matmul, its names prefixed _fa_), through the type's helpers (templates/lib_<type>.py);
+- every floating-point elementwise op the generic elementwise kernel (elementwise.py,
+  templates/elementwise.py); a chain of them one generated kernel (fusion.py), which also sums
+  its block when a mean or sum of all of it is its only use (a loss);
+- scans, dim reductions, batch / instance / group norms, GRU / LSTM, triangular matmuls a
+  generated kernel family each (pattern_rules.py, templates/<family>.py); convolutions and pools
+  too, but only when nothing else would run a kernel of ours (fallback_rules.py);
+- everything else stays the torch op it was (reshapes, ...).
+The forward goes through `_kb_graphed` (templates/graph.py, replay.py): CUDA-graph replay where the
+launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
 
-The forward goes through `_kb_graphed` (templates/graph.py): CUDA-graph replay per input signature,
-on by default where the launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
-
-When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
-the reference's forward itself: correct, but it launches no kernel of its own, so the judge's
-own-kernel check rejects it; `Solution.kind` says "torch-only" and the description says so.
-
-The file is a regular kernel file for the loop (KERNEL_TYPE = "kb", a kernel_fn, one merged
-SEARCH_SPACE of the starter's tunables and the elementwise kernel's), so the search proposer
-tunes it like any other kernel.
+When nothing can be replaced, the starting point is the reference's forward itself: correct, but
+the judge's own-kernel check rejects it; `Solution.kind` says "torch-only". The file is a regular
+kernel file for the loop (KERNEL_TYPE = "kb", a kernel_fn, one merged SEARCH_SPACE), so the search
+proposer tunes it like any other kernel.
 """
 
 from __future__ import annotations

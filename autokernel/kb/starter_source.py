@@ -8,24 +8,17 @@ import ast
 import functools
 import re
 
+from autokernel.kb.templates import split_source
+
+
+
 def starter_pieces(kernel_type: str) -> tuple[str, dict]:
-    """The starter's source without its KERNEL_TYPE/BACKEND/SEARCH_SPACE lines, and its space."""
+    """The starter's source without its docstring and KERNEL_TYPE/BACKEND/SEARCH_SPACE lines, and its space."""
     from autokernel.kernels import starter_path
 
     src = starter_path(kernel_type, "triton").read_text()
     tree = ast.parse(src)
-    space, drop = {}, []
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name == "SEARCH_SPACE":
-                space = ast.literal_eval(node.value)
-                drop.append((node.lineno, node.end_lineno))
-            elif name in ("KERNEL_TYPE", "BACKEND"):
-                drop.append((node.lineno, node.end_lineno))
-        elif isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
-                and isinstance(node.value.value, str) and node is tree.body[0]:
-            drop.append((node.lineno, node.end_lineno))  # the module docstring
+    space = split_source(src).space
     lines = src.splitlines()
     # The search proposer evaluates valid_config() alone (no module globals): module-level
     # constants it reads (e.g. the matmul starter's SMEM_LIMIT) are inlined as literals.
@@ -50,8 +43,7 @@ def starter_pieces(kernel_type: str) -> tuple[str, dict]:
             defaults = {k: consts[k] for k in space if k in consts}
             indent = " " * (node.body[0].col_offset if node.body else 4)
             lines[node.lineno - 1] += f"\n{indent}cfg = {{**{defaults!r}, **cfg}}"
-    keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
-    return "\n".join(keep), space
+    return split_source("\n".join(lines), drop_imports=False, drop_names=("KERNEL_TYPE", "BACKEND")).body, space
 
 
 _SHARED = {"launch", "cdiv", "next_power_of_2"}  # the launcher's names: one copy for both starters
