@@ -7,6 +7,8 @@ the call has arguments it does not cover; the op then stays a torch op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autokernel.kb.attention_rewrites import masked_attention
 from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number, needs_layout, node_ndim,
                                     node_shape)
@@ -44,34 +46,49 @@ def sdpa_call(node) -> dict | None:
     return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
 
 
-def main_op(gm) -> str | None:
-    import torch.nn as nn
+@dataclass(frozen=True)
+class LibraryType:
+    """A kernel type whose library starter can take a problem's main op: the traced calls that are
+    that op (function / method names, torch.nn module classes by name), and its helpers, which
+    adapt those calls to the starter's entry (templates/lib_<type>.py)."""
 
+    calls: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+    def takes(self, gm, node) -> bool:
+        if node.op == "call_module":
+            return any(c.__name__ in self.modules and c.__module__.startswith("torch.nn")
+                       for c in type(gm.get_submodule(node.target)).__mro__)
+        name = fn_name(node.target) if node.op == "call_function" else node.target
+        return node.op in ("call_function", "call_method") and name in self.calls
+
+
+# one entry per kernel type; rmsnorm (norm_rules.rms_of) and flash_attention (sdpa_call) are found
+# by the patterns of their ops instead of by name
+LIBRARY = {
+    "matmul": LibraryType(("matmul", "mm", "bmm", "linear"), ("Linear",)),
+    "layernorm": LibraryType(("layer_norm",), ("LayerNorm",)),
+    "softmax": LibraryType(("softmax", "log_softmax"), ("Softmax", "LogSoftmax")),
+    "reduce": LibraryType(("sum", "mean")),
+    "cross_entropy": LibraryType(("cross_entropy",)),
+    "rmsnorm": LibraryType(),
+    "flash_attention": LibraryType(),
+}
+
+
+def main_op(gm) -> str | None:
+    """The kernel type of LIBRARY whose starter gets the problem's main op, or None."""
     from autokernel.kb.norm_rules import rms_of
 
     found = []
     for node in gm.graph.nodes:
         if rms_of(node):
             found.append("rmsnorm")
-        if node.op == "call_module":
-            m = gm.get_submodule(node.target)
-            if isinstance(m, nn.Linear):
-                found.append("matmul")
-            elif isinstance(m, nn.LayerNorm):
-                found.append("layernorm")
-            elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
-                found.append("softmax")
-        elif node.op in ("call_function", "call_method"):
-            name = fn_name(node.target) if node.op == "call_function" else node.target
-            sdpa = sdpa_call(node)
-            if sdpa:  # head dims the flash starter does not take: two bmm of the matmul starter
-                found.append("flash_attention" if sdpa["flash"] else "matmul")
-                continue
-            found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
-                          "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
-                          "mean": "reduce",
-                          "cross_entropy": "cross_entropy"}.get(name))
-    found = [f for f in found if f]
+        sdpa = sdpa_call(node)
+        if sdpa:  # head dims the flash starter does not take: two bmm of the matmul starter
+            found.append("flash_attention" if sdpa["flash"] else "matmul")
+            continue
+        found.extend(next(([t] for t, lib in LIBRARY.items() if lib.takes(gm, node)), []))
     if "matmul" in found:
         return "matmul"
     # a sum or mean next to another library op is most often its small tail (a mean after a
