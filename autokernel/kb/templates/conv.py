@@ -5,8 +5,7 @@ elementwise kernels). Every case is the 3-D one with unit dims prepended: rows a
 positions (n, od, oh, ow), columns the output channels of one group, and the reduction runs over
 (input channel, kd, kh, kw), the input gathered with masks for padding (a transposed convolution
 gathers the inputs whose stride step lands on the output position). fp32 products are true
-fp32 ("ieee"), as the judge turns TF32 off for the reference. Like the scan kernel, it carries its
-own tunables.
+fp32 ("ieee"), as the judge turns TF32 off for the reference.
 """
 
 import torch

@@ -1,9 +1,9 @@
 """The generated dim-reduction kernel: max / min (values and indices),
 amax / amin, argmax / argmin, prod and logsumexp over one dim of a KernelBench problem, the reductions the
-reduce starter (sums and means) does not do. op_rules.py decides which nodes it computes,
+reduce starter (sums and means) does not do. pattern_rules.py decides which nodes it computes,
 solutions.py writes these into the solution file. x is read in place as [outer, R, inner] tiles,
 coalesced along inner (along R when the dim is the last), with fp32 running values across chunks
-of R. Like the scan kernel, it carries its own tunables.
+of R.
 """
 
 import torch

@@ -20,7 +20,6 @@ default only where the launches saved outweigh them (`graph_default`).
 
 import torch
 
-
 # ---- CUDA-graph replay of the forward (autokernel kb) --------------------------------------------
 KB_CUDA_GRAPH = 1  # 1: replay the forward as a CUDA graph once its shapes were seen; 0: eager
 _KB_EMPTY = torch.empty

@@ -5,7 +5,6 @@ import torch
 
 from autokernel.kb.templates.lib_flash_attention import _kb_sdpa
 
-
 _KB_CAUSAL = {}
 
 

@@ -13,8 +13,7 @@ keeping an exact fp32 (count, mean, M2) summary merged tile by tile (Chan et al.
 16 M elements loses nothing to a long running sum; a finishing kernel merges the splits, writes
 mean, rstd * weight and bias per channel (per (n, c) for instance and group norm), and, for a
 BatchNorm in training, updates running_mean / running_var / num_batches_tracked as torch does.
-A BatchNorm in eval mode reads its running statistics: one launch. Like the scan kernel, it
-carries its own tunables.
+A BatchNorm in eval mode reads its running statistics: one launch.
 """
 
 import torch

@@ -5,7 +5,7 @@ level 1's pools). Every case is the 3-D one with unit dims prepended; a program 
 with 32-bit offsets inside the plane (a per-element 64-bit index split cost more than the loads). Max pools pad with -inf and take dilation; average pools
 divide by the window clipped to the padded input (count_include_pad) or by the elements inside
 it, or by divisor_override; ceil_mode as torch's (a last window that starts in the right padding
-is dropped). Like the scan kernel, it carries its own tunables.
+is dropped).
 """
 
 import torch

@@ -8,8 +8,7 @@ weights streamed from L2, fp32 "ieee" products as the judge's TF32-off reference
 gates in registers (GRU: r, z, n with n's hidden part kept apart for r * (W_hn h + b_hn); LSTM:
 i, f, g, o and the cell), writing h_t straight into its slice of the layer's output, which the next
 step reads as h_{t-1}: no copies between steps. Launch-bound by nature (T x layers x directions
-launches): the CUDA-graph replay of the forward (templates/graph.py) is what makes it fast. Like the
-scan kernel, it carries its own tunables.
+launches): the CUDA-graph replay of the forward (templates/graph.py) is what makes it fast.
 """
 
 import torch

@@ -1,7 +1,6 @@
 """The generated row-scan kernel: cumsum / cumprod of a KernelBench problem
-over any one dim (op_rules.py decides which nodes it computes, solutions.py writes these into the
-solution file next to the elementwise kernel). No library starter scans, so, like the elementwise
-kernel, it is written here and carries its own tunables.
+over any one dim (pattern_rules.py decides which nodes it computes, solutions.py writes these into the
+solution file next to the elementwise kernel).
 """
 
 import torch
