@@ -115,9 +115,8 @@ class ElementwiseRules(Rules):
             return self.ew_unary(EW.ELU, x, float(mod.alpha))
         return None
 
-    def ew_function(self, node, name: str, x, rest: list, kw: dict) -> str | None:
-        """A function or method call `name(x, *rest, **kw)` (kw without input=)."""
-        kw2 = kw
+    def ew_function(self, node, name: str, x, rest: list, kw2: dict) -> str | None:
+        """A function or method call `name(x, *rest, **kw2)` (kw2 without input=)."""
         if name in ("gelu",):
             approx = kw2.get("approximate", "none")
             if rest or set(kw2) - {"approximate"}:
@@ -164,7 +163,7 @@ class ElementwiseRules(Rules):
                     and is_number(allk.get("negative_slope", 0.01)):
                 return self.ew_unary(EW.LEAKY_RELU, x, float(allk.get("negative_slope", 0.01)))
             return None
-        if name in ("hardtanh", "clamp", "relu6", "mish", "softplus", "hardswish", "elu"):
+        if name in ("hardtanh", "clamp", "relu6"):
             keys = ("min_val", "max_val", "inplace") if name == "hardtanh" else ("min", "max")
             allk = dict(zip(keys, rest), **kw2)
             lo = allk.get(keys[0], -1.0 if name == "hardtanh" else None)

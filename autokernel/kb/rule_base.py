@@ -25,10 +25,8 @@ class Rules:
         self.generated = {g: set() for g in families}
         self.whole, self.last_ew, self.second, self.masked, self.launches = {}, None, None, False, 0
 
-    def fmt(self, a) -> str:
-        """A constant or fx node as source text."""
+    def fmt(self, a) -> str:  # a constant or fx node as source text (the emitter's)
         raise NotImplementedError
 
-    def call(self, args, kwargs) -> str:
-        """Call arguments as source text."""
+    def call(self, args, kwargs) -> str:  # call arguments as source text (the emitter's)
         raise NotImplementedError

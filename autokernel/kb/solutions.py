@@ -40,26 +40,20 @@ from autokernel.kb.trace import trace_problem
 
 KIND_LIBRARY = "library"  # a library starter for the main op (plus the elementwise kernel)
 KIND_ELEMENTWISE = "elementwise"  # only the generic elementwise kernel
-KIND_SCAN = "scan"  # the generated scan kernel (plus the elementwise kernel)
-KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (plus the elementwise one)
-KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
-KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
-KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
-KIND_RNN = "rnn"  # the generated GRU / LSTM step kernel
-KIND_TRIMM = "triangular-matmul"  # triu / tril of a product of triangular matrices
-
+KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
+KIND_SCAN, KIND_DIMRED, KIND_CONV = "scan", "dim-reduction", "conv"  # a generated kernel (plus the others)
 # the generated kernel families (each a template of that name): replaced-op prefix -> (kind, what it is)
 GENERATED = {
     "scan": (KIND_SCAN, "row-scan"),
     "dimred": (KIND_DIMRED, "dim-reduction"),
     "conv": (KIND_CONV, "convolution"),
-    "pool": (KIND_POOL, "pooling"),
-    "norm": (KIND_NORM, "normalisation"),
-    "rnn": (KIND_RNN, "recurrent"),
-    "trimm": (KIND_TRIMM, "triangular matmul"),
+    "pool": ("pool", "pooling"),
+    "norm": ("norm", "normalisation"),
+    "rnn": ("rnn", "recurrent"),
+    "trimm": ("triangular-matmul", "triangular matmul"),
 }
-KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file
+
 
 class Unsupported(Exception):
     pass
@@ -325,8 +319,7 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     try:
         gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
-        src = assemble(problem, None, None, False, "torch-only starting point")
-        return Solution(src, KIND_TORCH, note=f"the model cannot be traced with torch.fx ({type(exc).__name__})")
+        return _torch_only(problem, f"the model cannot be traced with torch.fx ({type(exc).__name__})")
     sol = _solve(problem, gm, fuse, fallback=False)
     if sol.kind == KIND_TORCH and any(conv_args(gm, n) or pool_args(gm, n) for n in gm.graph.nodes):
         taken = _solve(problem, gm, fuse, fallback=True)
@@ -350,16 +343,14 @@ def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
                 em = _Emitter(gm, attempt, fuse=False, fallback=fallback)
                 forward = em.run()
         except Unsupported as exc:
-            src = assemble(problem, None, None, False, "torch-only starting point")
-            return Solution(src, KIND_TORCH, note=str(exc))
+            return _torch_only(problem, str(exc))
         used_lib = attempt if any(r.startswith("lib:") for r in em.replaced) else None
         use_ew = any(r.startswith("ew:") for r in em.replaced)
         gens = tuple(g for g in GENERATED if any(r.startswith(g + ":") for r in em.replaced))
         if attempt and not used_lib:
             continue  # the main op could not be replaced after all: emit without the starter
         if not used_lib and not use_ew and not gens:
-            src = assemble(problem, None, None, False, "torch-only starting point")
-            return Solution(src, KIND_TORCH, kept=em.kept, note="no op the library or the elementwise kernel covers")
+            return _torch_only(problem, kept=em.kept)
         kind = KIND_LIBRARY if used_lib else GENERATED[gens[0]][0] if gens else KIND_ELEMENTWISE
         sol = Solution("", kind, library=used_lib, replaced=em.replaced, kept=em.kept, fused=em.groups)
         second = em.second if used_lib and em.second != used_lib else None
@@ -369,5 +360,10 @@ def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
         sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm), gens=gens,
                               second=second, masked=em.masked, graph_on=sol.graph)
         return sol
+    return _torch_only(problem)
+
+
+def _torch_only(problem: Problem, note: str = "no op the library or the elementwise kernel covers",
+                kept: list | None = None) -> Solution:
     src = assemble(problem, None, None, False, "torch-only starting point")
-    return Solution(src, KIND_TORCH, note="no op the library or the elementwise kernel covers")
+    return Solution(src, KIND_TORCH, kept=kept or [], note=note)

@@ -1,13 +1,9 @@
-"""The Triton and host code the KB compiler writes into a solution file, as real modules.
-
-Each template is an importable, linted, tested module with the anatomy of a starter: a docstring,
-its imports (torch, triton, tl, the launch path, the other templates or starters whose names it
-calls), its tunables and kernels, a SEARCH_SPACE and, for the generated kernel families, a
-`kernel_fn` entry (the solution file's entry when that family is its only kernel). `template`
-reads a module's source and splits it into what the self-contained solution file gets: the
-body (no docstring, no imports: the file has torch, triton, tl and the launch path already,
-and the names imported here are defined by the other pieces written into the same file), the
-tunables and the entry.
+"""The code the KB compiler writes into a solution file, as importable, linted, tested modules with
+a starter's anatomy: docstring, imports (torch, triton, tl, the launch path, the templates or
+starters whose names it calls), tunables and kernels, SEARCH_SPACE and, for a generated kernel
+family, the `kernel_fn` entry of a file where it is the only kernel. `template` splits a module's
+source into what the self-contained file gets: the body without docstring and imports (the file
+defines those names itself), the tunables and the entry.
 """
 
 from __future__ import annotations
