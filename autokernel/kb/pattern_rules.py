@@ -80,7 +80,7 @@ class PatternRules(Rules):
         or None for a folded node; built once per graph. A node two patterns would claim (one
         scan's outer flip the next one's inner flip) stays with the first: the later pattern stays
         torch ops."""
-        plans = self.__dict__.setdefault("_fold_plans", {})
+        plans = self.fold_plans
         if key not in plans:
             plan = plans[key] = {}
             for n in self.gm.graph.nodes:

@@ -19,11 +19,12 @@ class Rules:
     second: str | None  # a second starter the file needs (flash attention next to matmul)
     masked: bool  # an attention with a mask buffer is computed (_kb_masked_sdpa)
     launches: int  # kernel launches of one forward, about
+    fold_plans: dict  # PatternRules' plans of the graph, by pattern, built once
 
     def __init__(self, gm, main: str | None, families, fallback: bool = False):
         self.gm, self.main, self.fallback = gm, main, fallback
         self.generated = {g: set() for g in families}
-        self.whole, self.last_ew, self.second, self.masked, self.launches = {}, None, None, False, 0
+        self.whole, self.last_ew, self.second, self.masked, self.launches, self.fold_plans = {}, None, None, False, 0, {}
 
     def fmt(self, a) -> str:  # a constant or fx node as source text (the emitter's)
         raise NotImplementedError
