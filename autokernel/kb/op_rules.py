@@ -1,8 +1,9 @@
 """Which traced op becomes which kernel call: the rules that map a torch.fx node (a module call,
-a function or a method) to the expression that replaces it in ModelNew's forward: a library
-starter's helper for the problem's main op, the generic elementwise kernel `_kb_ew`, or one of the
-generated kernels (the rules in pattern_rules.py, which OpRules inherits). A rule returns None when
-the call has arguments it does not cover; the op then stays a torch op.
+a function or a method) to the expression that replaces it in ModelNew's forward. Split by what
+they match: the library starters' ops here (LIBRARY, one entry per kernel type, and main_op, which
+picks the type whose starter a problem gets), elementwise ops in elementwise.py, the generated
+kernel families' ops in pattern_rules.py; OpRules.replacement asks them in turn. A rule returns
+None when the call has arguments it does not cover; the op then stays a torch op.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The rules of op_rules.py that look past one node: patterns that fold several traced nodes into one
-call of a generated kernel (a scan with its flips and mask, an RMS normalisation written op by op)
-and the single-node calls of generated kernels (`_kb_dimred`, and `_kb_conv` / `_kb_pool` through
-fallback_rules.py). OpRules inherits them.
+"""The rules for the generated kernel families' ops and for patterns of several nodes: `_kb_scan`
+(a scan with the flips and mask it folds in), `_kb_dimred`, `_kb_conv` / `_kb_pool` (their
+arguments read by fallback_rules.py) and the RMS normalisation written op by op (norm_rules.py)
+that the rmsnorm starter takes. OpRules inherits them.
 """
 
 from __future__ import annotations
