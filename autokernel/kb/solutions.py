@@ -112,16 +112,16 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
         space.update(sp)
     pieces = [template(t) for t in ("elementwise",) if use_ew or library == "matmul"]
     pieces += [template(g) for g in gens]
-    if library:
-        pieces += [template(t) for t in (f"lib_{library}", "second_flash" if second else "", "masked_sdpa" if masked
-                                         else "") if t]
+    if library:  # the type's helpers, then those of a second starter and a masked attention
+        pieces += [template(t) for t, use in ((f"lib_{library}", True), ("second_flash", second),
+                                              ("masked_sdpa", masked)) if use]
     for t in pieces:
         parts.append(t.body)
         space.update(t.space)
     if not library:  # the entry: the first generated family's, the elementwise kernel's, or none
         parts.append(template(gens[0] if gens else "elementwise" if use_ew else "torch_only").entry)
     if forward is not None:
-        graph = template("graph")
+        graph = template("graph")  # its KB_CUDA_GRAPH = 1 set to this problem's default
         parts.append(graph.body.replace("KB_CUDA_GRAPH = 1 ", f"KB_CUDA_GRAPH = {int(graph_on)} ", 1))
         space.update(graph.space)
     parts.append(f"\nSEARCH_SPACE = {space!r}\n")

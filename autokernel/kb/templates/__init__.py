@@ -38,7 +38,7 @@ def split_source(src: str, drop_imports: bool = True, drop_names: tuple = ()) ->
         elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SEARCH_SPACE"]:
             space = ast.literal_eval(node.value)
             drop |= span
-        elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets][0] in drop_names:
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in drop_names:
             drop |= span
         elif drop_imports and isinstance(node, ast.FunctionDef) and node.name == "kernel_fn":
             entry = "\n\n" + "\n".join(lines[first - 1:node.end_lineno]) + "\n"
@@ -49,7 +49,7 @@ def split_source(src: str, drop_imports: bool = True, drop_names: tuple = ()) ->
     return Template("\n" + keep.strip("\n") + "\n", space, entry)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def template(name: str) -> Template:
     """The template module `name` of this package, split for a solution file."""
     return split_source((resources.files(__package__) / f"{name}.py").read_text())
