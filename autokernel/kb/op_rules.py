@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from autokernel.kb.attention_rewrites import masked_attention
 from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number, needs_layout, node_ndim,
                                     node_shape)
-from autokernel.kb.norm_rewrites import norm_stats
 from autokernel.kb.elementwise import ElementwiseRules
 from autokernel.kb.pattern_rules import DIMRED_OPS, PatternRules
-from autokernel.kb.kernel_rewrites import rnn_forward, rnn_launches, tri_matmul
 from autokernel.kb.starter_source import starter_constant
 
 
@@ -156,16 +154,7 @@ class OpRules(PatternRules, ElementwiseRules):
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
-        if node.op == "call_function" and node.target is norm_stats:
-            self.generated["norm"].add(node)
-            return f"_kb_norm_stats({self.call(node.args, node.kwargs)})"
-        for family, target, fn in (("rnn", rnn_forward, "_kb_rnn"), ("trimm", tri_matmul, "_kb_trimm")):
-            if node.op == "call_function" and node.target is target:
-                self.generated[family].add(node)
-                if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
-                    self.launches += rnn_launches(self.gm, node) - 1
-                return f"{fn}({self.call(node.args, node.kwargs)})"
-        taken = self.fallback_call(node)
+        taken = self.generated_call(node)
         if taken is not None:
             return taken
         attention = self.attention_call(node)

@@ -12,10 +12,8 @@ the second captures and replays; a forward that cannot be captured (a host sync,
 shape) stays eager for that signature. Whether torch.empty is the original is part of the signature:
 the judge's correctness trials (NaN-poisoned allocations) replay a graph captured with the poison,
 so they check the replay path too, and the timed calls a graph captured without it. Without CUDA, under autograd, or with KB_CUDA_GRAPH = 0 the
-forward runs as it is. KB_CUDA_GRAPH is a tunable: the search measures both.
-
-The copies cost one read and write of the inputs and outputs, so the generator turns it on by
-default only where the launches saved outweigh them (`graph_default`).
+forward runs as it is. KB_CUDA_GRAPH is a tunable: the search measures both; its default is
+replay.graph_default's (on where the launches saved outweigh the copies).
 """
 
 import torch
