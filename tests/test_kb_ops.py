@@ -68,7 +68,7 @@ class Model(nn.Module):
 ''', "[torch.randn(16, 33), 3.14]")
     sol = check(p)
     assert sol.replaced == ["ew:mul"] and not sol.kept
-    assert "_kb_ew(12, A, None, float(s))" in sol.source
+    assert "_kb_ew(EW.MUL, A, None, float(s))" in sol.source
     # the scalar changes between calls: it must not be baked into the kernel
     from autokernel.kb.problems import load_source
 

@@ -290,7 +290,7 @@ def test_logsumexp_sums_and_global_pools_next_to_a_matmul_are_generated(home):
 # -- CUDA-graph replay --------------------------------------------------------------------------------
 
 def test_graph_default_and_the_eager_path_without_cuda(home):
-    from autokernel.kb.graph_pieces import graph_default
+    from autokernel.kb.replay import graph_default
 
     assert graph_default(1, 0) == 0  # one launch: nothing to save
     assert graph_default(10, 1 << 20) == 1  # 1 MiB copied against nine launches saved

@@ -2,8 +2,10 @@
 autokernel sample problems), judge ModelNew solutions under KernelBench's protocol plus our
 anti-cheat, run the optimization loop on them (`kb run`) and score the results (`kb score`).
 
-Module map: problems (loading, sources), solutions (initial ModelNew from the kernel library),
-evaluate (parent side: the judge worker), worker (child side: protocol, anti-cheat, timing),
-runner (`kb run` on the loop's machinery), score (fast_p, geomean, export).
-Library code: never prints.
+The bridge: problems (loading, sources), evaluate (parent side of the judge worker), worker (child
+side: protocol, anti-cheat, timing), runner (`kb run` on the loop's machinery), score (fast_p,
+geomean, export). The compiler of a problem's starting ModelNew: trace (torch.fx on meta shapes),
+the *_rewrites modules, the rules (op_rules: library starters, elementwise: the EW table,
+pattern_rules: generated kernels), fusion, and solutions (emit), which writes templates/*.py into
+one self-contained file. Library code: never prints.
 """

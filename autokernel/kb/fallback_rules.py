@@ -1,5 +1,5 @@
-"""Rules for the ops the generated convolution and pooling kernels take (conv_pieces.py,
-pool_pieces.py): nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d, nn.MaxPool1d/2d/3d, nn.AvgPool1d/2d/3d
+"""Rules for the ops the generated convolution and pooling kernels take (templates/conv.py,
+templates/pool.py): nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d, nn.MaxPool1d/2d/3d, nn.AvgPool1d/2d/3d
 and their F. functions, with constant hyper-parameters. The emitter asks for them only when
 nothing else in the problem would run a kernel of ours (cuDNN's are the faster start otherwise).
 """

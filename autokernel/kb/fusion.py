@@ -8,7 +8,8 @@ mean or sum (a loss). solutions.py's emitter calls these.
 from __future__ import annotations
 
 from autokernel.kb.fx_nodes import node_shape
-from autokernel.kb.source_pieces import OP_EXPR, _kb_block
+from autokernel.kb.elementwise import EW_OPS
+from autokernel.kb.templates.elementwise import _kb_block
 
 
 def fused_kernel(gid: int | str, g: dict, ew: dict) -> str:
@@ -34,7 +35,7 @@ def fused_kernel(gid: int | str, g: dict, ew: dict) -> str:
         a = var[alpha] if isinstance(alpha, fx.Node) else repr(alpha)
         xs = var[x]
         ys = var[y] if y is not None else a
-        steps.append(f"    t{k} = {OP_EXPR[op].format(x=xs, y=ys, a=a, b=repr(beta))}")
+        steps.append(f"    t{k} = {EW_OPS[op].expr.format(x=xs, y=ys, a=a, b=repr(beta))}")
         var[m] = f"t{k}"
     n_in = len(g["inputs"])
     ptrs = ", ".join(f"p{k}" for k in range(n_in))

@@ -2,7 +2,7 @@
 nn.BatchNorm1d/2d/3d, nn.InstanceNorm1d/2d/3d (without running statistics), nn.GroupNorm and
 nn.LayerNorm (when the layernorm starter is not the problem's main op) on fp32 inputs become
 
-    st = norm_stats(x, module, kind, dims)          # _kb_norm_stats: norm_pieces.py's kernels
+    st = norm_stats(x, module, kind, dims)          # _kb_norm_stats: templates/norm.py's kernels
     y = (x - st[0]) * st[1] [+ st[2]]               # elementwise: fused with what follows
     [y = y * weight + bias]                         # LayerNorm's affine, per column
 

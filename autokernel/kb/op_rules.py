@@ -1,25 +1,21 @@
 """Which traced op becomes which kernel call: the rules that map a torch.fx node (a module call,
-a function or a method) to the expression that replaces it in ModelNew's forward: a library
-starter's helper for the problem's main op, the generic elementwise kernel `_kb_ew`, or one of the
-generated kernels (the rules in pattern_rules.py, which OpRules inherits). A rule returns None when
-the call has arguments it does not cover; the op then stays a torch op.
+a function or a method) to the expression that replaces it in ModelNew's forward. Split by what
+they match: the library starters' ops here (LIBRARY, one entry per kernel type, and main_op, which
+picks the type whose starter a problem gets), elementwise ops in elementwise.py, the generated
+kernel families' ops in pattern_rules.py; OpRules.replacement asks them in turn. A rule returns
+None when the call has arguments it does not cover; the op then stays a torch op.
 """
 
 from __future__ import annotations
 
-from autokernel.kb.attention_rewrites import masked_attention
-from autokernel.kb.dimred_pieces import DIMRED_OPS
-from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number, is_scalar_node, needs_layout, node_ndim,
-                                    node_shape)
-from autokernel.kb.norm_rewrites import norm_stats
-from autokernel.kb.pattern_rules import PatternRules
-from autokernel.kb.rnn_pieces import rnn_forward, rnn_launches
-from autokernel.kb.trimm_pieces import tri_matmul
-from autokernel.kb.source_pieces import (BINARY, CLAMP, CUBE, ELU, HARDSWISH, MAXIMUM, MINIMUM, MISH, REVERSED,
-                                         SMOOTH_L1, SOFTPLUS, UNARY, XLOGY, starter_constant)
+from dataclasses import dataclass
 
-# the unary functions of torch.nn.functional with inplace=
-_INPLACE_ARG = {"relu", "mish", "hardswish", "selu", "hardsigmoid"}
+from autokernel.kb.attention_rewrites import masked_attention
+from autokernel.kb.fx_nodes import (dim_ok, fn_name, is_float_tensor, is_number, needs_layout, node_ndim,
+                                    node_shape)
+from autokernel.kb.elementwise import ElementwiseRules
+from autokernel.kb.pattern_rules import DIMRED_OPS, PatternRules
+from autokernel.kb.starter_source import starter_constant
 
 
 def sdpa_call(node) -> dict | None:
@@ -49,34 +45,49 @@ def sdpa_call(node) -> dict | None:
     return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
 
 
-def main_op(gm) -> str | None:
-    import torch.nn as nn
+@dataclass(frozen=True)
+class LibraryType:
+    """A kernel type whose library starter can take a problem's main op: the traced calls that are
+    that op (function / method names, torch.nn module classes by name), and its helpers, which
+    adapt those calls to the starter's entry (templates/lib_<type>.py)."""
 
+    calls: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+    def takes(self, gm, node) -> bool:
+        if node.op == "call_module":
+            return any(c.__name__ in self.modules and c.__module__.startswith("torch.nn")
+                       for c in type(gm.get_submodule(node.target)).__mro__)
+        name = fn_name(node.target) if node.op == "call_function" else node.target
+        return node.op in ("call_function", "call_method") and name in self.calls
+
+
+# one entry per kernel type; rmsnorm (norm_rules.rms_of) and flash_attention (sdpa_call) are found
+# by the patterns of their ops instead of by name
+LIBRARY = {
+    "matmul": LibraryType(("matmul", "mm", "bmm", "linear"), ("Linear",)),
+    "layernorm": LibraryType(("layer_norm",), ("LayerNorm",)),
+    "softmax": LibraryType(("softmax", "log_softmax"), ("Softmax", "LogSoftmax")),
+    "reduce": LibraryType(("sum", "mean")),
+    "cross_entropy": LibraryType(("cross_entropy",)),
+    "rmsnorm": LibraryType(),
+    "flash_attention": LibraryType(),
+}
+
+
+def main_op(gm) -> str | None:
+    """The kernel type of LIBRARY whose starter gets the problem's main op, or None."""
     from autokernel.kb.norm_rules import rms_of
 
     found = []
     for node in gm.graph.nodes:
         if rms_of(node):
             found.append("rmsnorm")
-        if node.op == "call_module":
-            m = gm.get_submodule(node.target)
-            if isinstance(m, nn.Linear):
-                found.append("matmul")
-            elif isinstance(m, nn.LayerNorm):
-                found.append("layernorm")
-            elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
-                found.append("softmax")
-        elif node.op in ("call_function", "call_method"):
-            name = fn_name(node.target) if node.op == "call_function" else node.target
-            sdpa = sdpa_call(node)
-            if sdpa:  # head dims the flash starter does not take: two bmm of the matmul starter
-                found.append("flash_attention" if sdpa["flash"] else "matmul")
-                continue
-            found.append({"matmul": "matmul", "mm": "matmul", "bmm": "matmul", "linear": "matmul",
-                          "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm", "sum": "reduce",
-                          "mean": "reduce",
-                          "cross_entropy": "cross_entropy"}.get(name))
-    found = [f for f in found if f]
+        sdpa = sdpa_call(node)
+        if sdpa:  # head dims the flash starter does not take: two bmm of the matmul starter
+            found.append("flash_attention" if sdpa["flash"] else "matmul")
+            continue
+        found.extend(next(([t] for t, lib in LIBRARY.items() if lib.takes(gm, node)), []))
     if "matmul" in found:
         return "matmul"
     # a sum or mean next to another library op is most often its small tail (a mean after a
@@ -85,40 +96,9 @@ def main_op(gm) -> str | None:
     return found[0] if found else None
 
 
-class OpRules(PatternRules):
-    """Mixin of the emitter: needs self.main (the library starter in use, or None), self.fmt
-    (a constant or node as source text) and self.gm; sets self.last_ew to (op, x, y, alpha,
-    beta) for an elementwise replacement, which fusion reads; adds each node a generated kernel
-    computes to self.generated[family] ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm"), sets self.second
-    to a second starter the file needs (flash attention next to matmul) and self.masked when an
-    attention with a mask buffer is computed (_kb_masked_sdpa), and records in
-    self.whole the sums and means of all of a tensor (node -> (x, "sum" | "mean")), which the
-    emitter may fold into x's fused kernel."""
-
-    def ew_unary(self, op: int, x, alpha=0.0, beta=0.0) -> str | None:
-        if not is_float_tensor(x):
-            return None
-        self.last_ew = (op, x, None, float(alpha), float(beta))
-        extra = f", None, {float(alpha)!r}, {float(beta)!r}" if (alpha or beta) else ""
-        return f"_kb_ew({op}, {self.fmt(x)}{extra})"
-
-    def ew_binary(self, op: int, a, b) -> str | None:
-        if is_float_tensor(a) and is_float_tensor(b):
-            self.last_ew = (op, a, b, 0.0, 0.0)
-            return f"_kb_ew({op}, {self.fmt(a)}, {self.fmt(b)})"
-        if is_float_tensor(a) and is_number(b):
-            self.last_ew = (op, a, None, float(b), 0.0)
-            return f"_kb_ew({op}, {self.fmt(a)}, None, {float(b)!r})"
-        if is_number(a) and is_float_tensor(b):
-            self.last_ew = (REVERSED[op], b, None, float(a), 0.0)
-            return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, {float(a)!r})"
-        if is_float_tensor(a) and is_scalar_node(b):
-            self.last_ew = (op, a, None, b, 0.0)
-            return f"_kb_ew({op}, {self.fmt(a)}, None, float({self.fmt(b)}))"
-        if is_scalar_node(a) and is_float_tensor(b):
-            self.last_ew = (REVERSED[op], b, None, a, 0.0)
-            return f"_kb_ew({REVERSED[op]}, {self.fmt(b)}, None, float({self.fmt(a)}))"
-        return None
+class OpRules(PatternRules, ElementwiseRules):
+    """All the rules, as a mixin of the emitter (the state they share: rule_base.Rules); the
+    library starters' calls here, the elementwise and generated kernels' inherited."""
 
     def softmax_call(self, node, x, dim, log: bool = False) -> str | None:
         """_kb_softmax (log_softmax with `log`) over one int dim (dim=None, torch's implicit legacy
@@ -152,12 +132,6 @@ class OpRules(PatternRules):
             self.whole[node] = (x, name)
         return f"_kb_{name}({self.fmt(x)}, {dim!r}, keepdim={keepdim})"
 
-    @staticmethod
-    def out_of_place_ok(mod, x) -> bool:
-        """An activation module may write a new tensor instead of x in place: it is not in place, or
-        x is an intermediate result nothing else reads (ReLU6(inplace=True) in MobileNet)."""
-        return not mod.inplace or (hasattr(x, "users") and len(x.users) == 1 and x.op not in ("placeholder", "get_attr"))
-
     def attention_call(self, node) -> str | None:
         """_kb_sdpa / _kb_masked_sdpa / _kb_sdpa_mm for an attention the starters take."""
         sdpa = sdpa_call(node) if self.main in ("flash_attention", "matmul") else None
@@ -180,16 +154,7 @@ class OpRules(PatternRules):
         import torch.nn as nn
 
         args, kw = list(node.args), dict(node.kwargs)
-        if node.op == "call_function" and node.target is norm_stats:
-            self.generated["norm"].add(node)
-            return f"_kb_norm_stats({self.call(node.args, node.kwargs)})"
-        for family, target, fn in (("rnn", rnn_forward, "_kb_rnn"), ("trimm", tri_matmul, "_kb_trimm")):
-            if node.op == "call_function" and node.target is target:
-                self.generated[family].add(node)
-                if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
-                    self.launches += rnn_launches(self.gm, node) - 1
-                return f"{fn}({self.call(node.args, node.kwargs)})"
-        taken = self.fallback_call(node)
+        taken = self.generated_call(node)
         if taken is not None:
             return taken
         attention = self.attention_call(node)
@@ -209,25 +174,7 @@ class OpRules(PatternRules):
                 return f"_kb_layer_norm({self.fmt(args[0])}, {ref}.weight, {ref}.bias, {ref}.eps)"
             if isinstance(mod, (nn.Softmax, nn.LogSoftmax)) and self.main == "softmax":
                 return self.softmax_call(node, args[0], mod.dim, log=isinstance(mod, nn.LogSoftmax))
-            unary = {nn.ReLU: 0, nn.Sigmoid: 3, nn.Tanh: 4, nn.SiLU: 5}
-            for cls, op in unary.items():
-                if type(mod) is cls:
-                    return self.ew_unary(op, args[0])
-            if type(mod) is nn.GELU:
-                return self.ew_unary(2 if mod.approximate == "tanh" else 1, args[0])
-            if type(mod) is nn.LeakyReLU and self.out_of_place_ok(mod, args[0]):
-                return self.ew_unary(19, args[0], float(mod.negative_slope))
-            if type(mod) in (nn.Hardtanh, nn.ReLU6) and self.out_of_place_ok(mod, args[0]):
-                return self.ew_unary(18, args[0], float(mod.min_val), float(mod.max_val))
-            if type(mod) in (nn.Mish, nn.Hardswish) and self.out_of_place_ok(mod, args[0]):
-                return self.ew_unary(MISH if type(mod) is nn.Mish else HARDSWISH, args[0])
-            if type(mod) in (nn.SELU, nn.Hardsigmoid) and self.out_of_place_ok(mod, args[0]):
-                return self.ew_unary(UNARY["selu" if type(mod) is nn.SELU else "hardsigmoid"], args[0])
-            if type(mod) is nn.Softplus:
-                return self.ew_unary(SOFTPLUS, args[0], float(mod.beta), float(mod.threshold))
-            if type(mod) is nn.ELU and self.out_of_place_ok(mod, args[0]):
-                return self.ew_unary(ELU, args[0], float(mod.alpha))
-            return None
+            return self.ew_module(mod, args[0])
         if node.op == "call_method":
             name = node.target
             if not args:
@@ -248,73 +195,9 @@ class OpRules(PatternRules):
                 return scan
         if name in DIMRED_OPS:
             return self.dimred_call(node, name, x, rest, kw2)
-        if name in ("gelu",):
-            approx = kw2.get("approximate", "none")
-            if rest or set(kw2) - {"approximate"}:
-                return None
-            return self.ew_unary(2 if approx == "tanh" else 1, x)
-        if name in UNARY and name != "gelu":
-            # F.relu / F.mish / F.hardswish take inplace=; writing x in place is not reproduced
-            if node.op == "call_function" and name in _INPLACE_ARG:
-                allk = dict(zip(("inplace",), rest), **kw2)
-                if set(allk) - {"inplace"} or allk.get("inplace") or len(rest) > 1:
-                    return None
-            elif rest or kw2:
-                return None
-            return self.ew_unary(UNARY[name], x)
-        if name == "softplus":
-            allk = dict(zip(("beta", "threshold"), rest), **kw2)
-            beta, threshold = allk.get("beta", 1.0), allk.get("threshold", 20.0)
-            if set(allk) <= {"beta", "threshold"} and is_number(beta) and beta and is_number(threshold):
-                return self.ew_unary(SOFTPLUS, x, float(beta), float(threshold))
-            return None
-        if name == "smooth_l1_loss":  # reduction="none" (rewrites.py splits the reduced ones)
-            allk = dict(zip(("target", "size_average", "reduce", "reduction", "beta"), rest), **kw2)
-            t, beta = allk.get("target"), allk.get("beta", 1.0)
-            if set(allk) <= {"target", "size_average", "reduce", "reduction", "beta"} \
-                    and allk.get("reduction") == "none" and allk.get("size_average") is None \
-                    and allk.get("reduce") is None and is_number(beta) and beta >= 0 and is_float_tensor(x) \
-                    and is_float_tensor(t) and x.meta["tensor_meta"].shape == t.meta["tensor_meta"].shape:
-                self.last_ew = (SMOOTH_L1, x, t, float(beta), 0.0)
-                return f"_kb_ew({SMOOTH_L1}, {self.fmt(x)}, {self.fmt(t)}, {float(beta)!r})"
-            return None
-        if name == "elu":
-            allk = dict(zip(("alpha", "inplace"), rest), **kw2)
-            if set(allk) <= {"alpha", "inplace"} and not allk.get("inplace") and is_number(allk.get("alpha", 1.0)):
-                return self.ew_unary(ELU, x, float(allk.get("alpha", 1.0)))
-            return None
-        if name in ("pow",) and rest == [2] and not kw2 or name == "square" and not rest and not kw2:
-            return self.ew_unary(20, x)
-        if name == "pow" and rest == [3] and not kw2:  # MinGPT's GELU (L1 88) cubes x
-            return self.ew_unary(CUBE, x)
-        if name == "xlogy" and len(rest) == 1 and not kw2 and is_float_tensor(x) and is_float_tensor(rest[0]):
-            self.last_ew = (XLOGY, x, rest[0], 0.0, 0.0)
-            return f"_kb_ew({XLOGY}, {self.fmt(x)}, {self.fmt(rest[0])})"
-        if name == "leaky_relu":
-            allk = dict(zip(("negative_slope", "inplace"), rest), **kw2)
-            if set(allk) <= {"negative_slope", "inplace"} and not allk.get("inplace") \
-                    and is_number(allk.get("negative_slope", 0.01)):
-                return self.ew_unary(19, x, float(allk.get("negative_slope", 0.01)))
-            return None
-        if name in ("hardtanh", "clamp", "relu6", "mish", "softplus", "hardswish", "elu"):
-            keys = ("min_val", "max_val", "inplace") if name == "hardtanh" else ("min", "max")
-            allk = dict(zip(keys, rest), **kw2)
-            lo = allk.get(keys[0], -1.0 if name == "hardtanh" else None)
-            hi = allk.get(keys[1], 1.0 if name == "hardtanh" else None)
-            if name == "relu6":
-                lo, hi = 0.0, 6.0
-                allk.pop("inplace", None)
-            if not set(allk) <= set(keys) or allk.get("inplace"):
-                return None
-            if is_number(lo) and is_number(hi):
-                return self.ew_unary(CLAMP, x, float(lo), float(hi))
-            # one bound (the hinge loss's clamp(min=0)): a max or min with a scalar; an infinite
-            # other bound would not fuse (the fused kernels take finite constants only)
-            if name == "clamp" and (lo is None) != (hi is None) and is_number(lo if hi is None else hi):
-                return self.ew_unary(MAXIMUM if hi is None else MINIMUM, x, float(lo if hi is None else hi))
-            return None
-        if name in BINARY and len(rest) == 1 and not kw2:
-            return self.ew_binary(BINARY[name], x, rest[0])
+        ew = self.ew_function(node, name, x, rest, kw2)
+        if ew is not None:
+            return ew
         if self.main == "matmul" and name in ("matmul", "mm", "bmm") and len(rest) == 1 and not kw2:
             a, b = x, rest[0]
             batched = node_ndim(a) == node_ndim(b) >= 3 and node_shape(a)[:-2] == node_shape(b)[:-2]

@@ -1,12 +1,16 @@
-"""The rules of op_rules.py that look past one node: patterns that fold several traced nodes into one
-call of a generated kernel (a scan with its flips and mask, an RMS normalisation written op by op)
-and the single-node calls of generated kernels (`_kb_dimred`, and `_kb_conv` / `_kb_pool` through
-fallback_rules.py). OpRules inherits them.
+"""The rules for the generated kernel families' ops and for patterns of several nodes: `_kb_scan`
+(a scan with the flips and mask it folds in), `_kb_dimred`, `_kb_conv` / `_kb_pool` (their
+arguments read by fallback_rules.py) and the RMS normalisation written op by op (norm_rules.py)
+that the rmsnorm starter takes. OpRules inherits them.
 """
 
 from __future__ import annotations
 
 from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, needs_layout, node_name, node_ndim
+from autokernel.kb.rule_base import Rules
+
+# the reductions over a dim the dim-reduction kernel computes (besides sums and means next to another starter)
+DIMRED_OPS = ("max", "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp")
 
 
 def _flip_dim(node, nd: int) -> int | None:
@@ -67,8 +71,8 @@ def scan_of(node) -> dict | None:
     return s
 
 
-class PatternRules:
-    """Mixin of OpRules: needs self.gm, self.fmt and self.generated (see OpRules)."""
+class PatternRules(Rules):
+    """The rules for the generated kernels' ops that span several nodes or need the fallback."""
 
     def fold_plan(self, key: str, find) -> dict:
         """node -> the pattern `find` found ending at it (a dict with "folded", the nodes before it
@@ -76,7 +80,7 @@ class PatternRules:
         or None for a folded node; built once per graph. A node two patterns would claim (one
         scan's outer flip the next one's inner flip) stays with the first: the later pattern stays
         torch ops."""
-        plans = self.__dict__.setdefault("_fold_plans", {})
+        plans = self.fold_plans
         if key not in plans:
             plan = plans[key] = {}
             for n in self.gm.graph.nodes:
@@ -122,10 +126,25 @@ class PatternRules:
         self.generated["dimred"].add(node)
         return f"_kb_dimred({self.fmt(x)}, {dim if isinstance(dim, tuple) else dim % nd}, {name!r}, keepdim={keepdim})"
 
+    def generated_call(self, node) -> str | None:
+        """A call one generated kernel family computes whole: the statistics of a normalisation, a
+        GRU / LSTM, a triangular matmul (their rewrites made the call), a convolution or pool."""
+        from autokernel.kb.kernel_rewrites import rnn_forward, rnn_launches, tri_matmul
+        from autokernel.kb.norm_rewrites import norm_stats
+
+        for family, target, fn in (("norm", norm_stats, "_kb_norm_stats"), ("rnn", rnn_forward, "_kb_rnn"),
+                                   ("trimm", tri_matmul, "_kb_trimm")):
+            if node.op == "call_function" and node.target is target:
+                self.generated[family].add(node)
+                if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
+                    self.launches += rnn_launches(self.gm, node) - 1
+                return f"{fn}({self.call(node.args, node.kwargs)})"
+        return self.fallback_call(node)
+
     def fallback_call(self, node) -> str | None:
         """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:
         nothing else would run a kernel of ours)."""
-        if not getattr(self, "fallback", False):
+        if not self.fallback:
             return None
         from autokernel.kb.fallback_rules import conv_args, pool_args
 

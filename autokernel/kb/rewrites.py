@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import operator
 
+from autokernel.kb.fx_nodes import rewrite_nodes
+
 
 def rewrite(gm) -> None:
     from autokernel.kb.mha_rewrites import rewrite_encoders, rewrite_mha
@@ -51,27 +53,26 @@ def einsum_as_matmul(gm) -> None:
     ("bij,bjk->bik"); the same values, and the matmul starter takes it."""
     import torch
 
-    for node in list(gm.graph.nodes):
+    def build(g, node):
         if node.op != "call_function" or node.target is not torch.einsum or node.kwargs or len(node.args) != 3 \
                 or not isinstance(node.args[0], str):
-            continue
+            return None
         eq = node.args[0].replace(" ", "")
         if "->" not in eq or "." in eq or eq.count(",") != 1:
-            continue
+            return None
         ins, out = eq.split("->")
         a, b = ins.split(",")
         if len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(out)) != len(out) or len(a) < 2 or len(b) < 2:
-            continue
+            return None
         c = a[-1]
         plain = len(b) == 2 and b[0] == c and out == a[:-1] + b[1] and b[1] not in a
         batched = len(a) == len(b) == 3 and a[0] == b[0] and b[1] == c and out == a[:2] + b[2] \
             and len(set(a + b)) == 4
         if not (plain or batched):
-            continue
-        with gm.graph.inserting_before(node):
-            mm = gm.graph.call_function(torch.matmul, tuple(node.args[1:]))
-        node.replace_all_uses_with(mm)
-        gm.graph.erase_node(node)
+            return None
+        return g.call_function(torch.matmul, tuple(node.args[1:]))
+
+    rewrite_nodes(gm, build)
 
 
 def global_pool_as_mean(gm) -> None:
@@ -84,20 +85,19 @@ def global_pool_as_mean(gm) -> None:
 
     fns = {F.adaptive_avg_pool1d: 1, F.adaptive_avg_pool2d: 2, F.adaptive_avg_pool3d: 3}
     mods = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3}
-    for node in list(gm.graph.nodes):
+    def build(g, node):
         if node.op == "call_module" and type(gm.get_submodule(node.target)) in mods and len(node.args) == 1 \
                 and not node.kwargs:
             nd, size = mods[type(gm.get_submodule(node.target))], gm.get_submodule(node.target).output_size
         elif node.op == "call_function" and node.target in fns and len(node.args) == 2 and not node.kwargs:
             nd, size = fns[node.target], node.args[1]
         else:
-            continue
+            return None
         if not all(v == 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
-            continue
-        with gm.graph.inserting_before(node):
-            out = gm.graph.call_function(torch.mean, (node.args[0], tuple(range(-nd, 0))), {"keepdim": True})
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+            return None
+        return g.call_function(torch.mean, (node.args[0], tuple(range(-nd, 0))), {"keepdim": True})
+
+    rewrite_nodes(gm, build)
 
 
 def split_linear_bias(gm) -> None:
@@ -106,21 +106,16 @@ def split_linear_bias(gm) -> None:
     import torch.nn as nn
     import torch.nn.functional as F
 
-    for node in list(gm.graph.nodes):
+    def build(g, node):
         if node.op != "call_module" or node.kwargs or len(node.args) != 1:
-            continue
+            return None
         mod = gm.get_submodule(node.target)
         if type(mod) is not nn.Linear:
-            continue
-        with gm.graph.inserting_before(node):
-            w = gm.graph.get_attr(f"{node.target}.weight")
-            mm = gm.graph.call_function(F.linear, (node.args[0], w))
-            out = mm
-            if mod.bias is not None:
-                b = gm.graph.get_attr(f"{node.target}.bias")
-                out = gm.graph.call_function(operator.add, (mm, b))
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+            return None
+        mm = g.call_function(F.linear, (node.args[0], g.get_attr(f"{node.target}.weight")))
+        return mm if mod.bias is None else g.call_function(operator.add, (mm, g.get_attr(f"{node.target}.bias")))
+
+    rewrite_nodes(gm, build)
 
 
 def decompose_losses(gm) -> None:
@@ -131,9 +126,9 @@ def decompose_losses(gm) -> None:
     import torch
     import torch.nn.functional as F
 
-    for node in list(gm.graph.nodes):
+    def build(g, node):
         if node.op != "call_function" or node.target not in (F.smooth_l1_loss, F.mse_loss, F.l1_loss):
-            continue
+            return None
         names = ("input", "target", "size_average", "reduce", "reduction")
         names += ("beta",) if node.target is F.smooth_l1_loss else ("weight",)
         a = dict(zip(names, node.args), **node.kwargs)
@@ -142,19 +137,17 @@ def decompose_losses(gm) -> None:
         if set(a) - set(names) or "input" not in a or "target" not in a or a.get("size_average") is not None \
                 or a.get("reduce") is not None or a.get("weight") is not None \
                 or a.get("reduction", "mean") not in ("mean", "sum"):
-            continue
+            return None
         p, t = a["input"], a["target"]
-        with gm.graph.inserting_before(node):
-            if node.target is F.smooth_l1_loss:
-                per = gm.graph.call_function(F.smooth_l1_loss, (p, t),
-                                             {"reduction": "none", "beta": a.get("beta", 1.0)})
-            else:
-                d = gm.graph.call_function(operator.sub, (p, t))
-                per = gm.graph.call_function(operator.pow, (d, 2)) if node.target is F.mse_loss \
-                    else gm.graph.call_function(torch.abs, (d,))
-            out = _reduced(gm.graph, per, a.get("reduction", "mean"))
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+        if node.target is F.smooth_l1_loss:
+            per = g.call_function(F.smooth_l1_loss, (p, t), {"reduction": "none", "beta": a.get("beta", 1.0)})
+        else:
+            d = g.call_function(operator.sub, (p, t))
+            per = g.call_function(operator.pow, (d, 2)) if node.target is F.mse_loss \
+                else g.call_function(torch.abs, (d,))
+        return _reduced(g, per, a.get("reduction", "mean"))
+
+    rewrite_nodes(gm, build)
 
 
 def decompose_norms(gm) -> None:
@@ -165,24 +158,23 @@ def decompose_norms(gm) -> None:
     import torch
 
     fn_names = ("input", "p", "dim", "keepdim", "out", "dtype")
-    for node in list(gm.graph.nodes):
+    def build(g, node):
         if node.op == "call_function" and node.target in (torch.norm, torch.functional.norm):
             a = dict(zip(fn_names, node.args), **node.kwargs)
         elif node.op == "call_method" and node.target == "norm":
             a = dict(zip(("input", "p", "dim", "keepdim", "dtype"), node.args), **node.kwargs)
         else:
-            continue
+            return None
         p, dim, keepdim = a.get("p", "fro"), a.get("dim"), a.get("keepdim", False)
         if set(a) - set(fn_names) or "input" not in a or a.get("out") is not None or a.get("dtype") is not None \
                 or not isinstance(keepdim, bool) or (dim is None and keepdim):
-            continue
+            return None
         # p = 2 over two dims is torch.norm's matrix (spectral) norm; Frobenius is the same sum for any dims
         if not (p == "fro" or (p in (2, 2.0, None) and (dim is None or isinstance(dim, int)))):
-            continue
-        with gm.graph.inserting_before(node):
-            out = _norm2(gm.graph, a["input"], dim, keepdim)
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+            return None
+        return _norm2(g, a["input"], dim, keepdim)
+
+    rewrite_nodes(gm, build)
 
 
 def decompose_distance_losses(gm) -> None:
@@ -198,8 +190,7 @@ def decompose_distance_losses(gm) -> None:
     import torch
     import torch.nn.functional as F
 
-    g = gm.graph
-    for node in list(g.nodes):
+    def build(g, node):
         if node.op == "call_function" and node.target is F.kl_div:
             a = dict(zip(("input", "target", "size_average", "reduce", "reduction", "log_target"), node.args),
                      **node.kwargs)
@@ -207,27 +198,25 @@ def decompose_distance_losses(gm) -> None:
             if a.get("size_average") is not None or a.get("reduce") is not None \
                     or red not in ("mean", "sum", "batchmean", "none") \
                     or not isinstance(a.get("log_target", False), bool):
-                continue
+                return None
             x, t = a["input"], a["target"]
-            with g.inserting_before(node):
-                if a.get("log_target", False):
-                    per = g.call_function(operator.mul, (g.call_function(torch.exp, (t,)),
-                                                         g.call_function(operator.sub, (t, x))))
-                else:
-                    per = g.call_function(operator.sub, (g.call_function(torch.xlogy, (t, t)),
-                                                         g.call_function(operator.mul, (t, x))))
-                out = per if red == "none" else _reduced(g, per, red, x)
+            if a.get("log_target", False):
+                per = g.call_function(operator.mul, (g.call_function(torch.exp, (t,)),
+                                                     g.call_function(operator.sub, (t, x))))
+            else:
+                per = g.call_function(operator.sub, (g.call_function(torch.xlogy, (t, t)),
+                                                     g.call_function(operator.mul, (t, x))))
+            out = per if red == "none" else _reduced(g, per, red, x)
         elif node.op == "call_function" and node.target is F.cosine_similarity:
             a = dict(zip(("x1", "x2", "dim", "eps"), node.args), **node.kwargs)
             dim, eps = a.get("dim", 1), a.get("eps", 1e-8)
             if set(a) - {"x1", "x2", "dim", "eps"} or not isinstance(dim, int) or not isinstance(eps, (int, float)):
-                continue
-            with g.inserting_before(node):
-                unit = []
-                for v in (a["x1"], a["x2"]):
-                    n = g.call_function(torch.clamp, (_norm2(g, v, dim, keepdim=True),), {"min": float(eps)})
-                    unit.append(g.call_function(operator.truediv, (v, n)))
-                out = g.call_function(torch.sum, (g.call_function(operator.mul, tuple(unit)), dim))
+                return None
+            unit = []
+            for v in (a["x1"], a["x2"]):
+                n = g.call_function(torch.clamp, (_norm2(g, v, dim, keepdim=True),), {"min": float(eps)})
+                unit.append(g.call_function(operator.truediv, (v, n)))
+            out = g.call_function(torch.sum, (g.call_function(operator.mul, tuple(unit)), dim))
         elif _is_triplet(gm, node):
             mod = gm.get_submodule(node.target) if node.op == "call_module" else None
             names = ("anchor", "positive", "negative", "margin", "p", "eps", "swap", "size_average", "reduce",
@@ -239,18 +228,18 @@ def decompose_distance_losses(gm) -> None:
             if a.get("p", 2) not in (2, 2.0) or a.get("swap") or a.get("size_average") is not None \
                     or a.get("reduce") is not None or red not in ("mean", "sum", "none") \
                     or not all(isinstance(a.get(k, 1.0), (int, float)) for k in ("margin", "eps")):
-                continue
+                return None
             eps, margin = float(a.get("eps", 1e-6)), float(a.get("margin", 1.0))
-            with g.inserting_before(node):
-                diffs = [g.call_function(operator.sub, (a["anchor"], a[k])) for k in ("positive", "negative")]
-                d = [_norm2(g, g.call_function(operator.add, (diff, eps)), -1) for diff in diffs]
-                gap = g.call_function(operator.add, (g.call_function(operator.sub, tuple(d)), margin))
-                per = g.call_function(torch.clamp, (gap,), {"min": 0.0})
-                out = per if red == "none" else _reduced(g, per, red)
+            diffs = [g.call_function(operator.sub, (a["anchor"], a[k])) for k in ("positive", "negative")]
+            d = [_norm2(g, g.call_function(operator.add, (diff, eps)), -1) for diff in diffs]
+            gap = g.call_function(operator.add, (g.call_function(operator.sub, tuple(d)), margin))
+            per = g.call_function(torch.clamp, (gap,), {"min": 0.0})
+            out = per if red == "none" else _reduced(g, per, red)
         else:
-            continue
-        node.replace_all_uses_with(out)
-        g.erase_node(node)
+            return None
+        return out
+
+    rewrite_nodes(gm, build)
 
 
 def _is_triplet(gm, node) -> bool:

@@ -1,49 +1,26 @@
-"""The initial ModelNew of a problem, built from the kernel library.
+"""The initial ModelNew of a problem, built from the kernel library: the compiler's driver.
 
-The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot;
-shapes propagated on the meta device, so nothing large is allocated, and inputs made on "cuda"
-trace without a GPU) and its forward is re-emitted
-as a `ModelNew(Model)` subclass (same constructor, so the same seed gives the same weights), where:
-- the problem's main op, when the library has a kernel for it, calls that Triton starter
-  (matmul / nn.Linear / bmm -> matmul, softmax and log_softmax over one dim, layer_norm (over any trailing dims),
-  sum / mean over one dim, adjacent dims or all -> reduce (losses, KL divergence, cosine
-  similarity, the triplet margin loss and torch.norm: their per-element part is elementwise, see
-  rewrites.py), RMS normalisation written out op by op over one dim (x / sqrt(
-  mean(x ** 2, dim, keepdim=True) + eps), norm_rules.py) -> rmsnorm, cross_entropy,
-  scaled_dot_product_attention -> flash_attention,
-  attention written out op by op (attention_rewrites.py) -> flash_attention,
-  nn.MultiheadAttention and nn.TransformerEncoder(Layer) (mha_rewrites.py: projections + sdpa),
-  or two bmm of the matmul starter for head dims past the flash kernel's); one library starter
-  per file, except flash attention next to matmul (a second starter, its names prefixed _fa_);
-- every floating-point elementwise op (relu, gelu, sigmoid, tanh, silu, mish, softplus, hardswish,
-  elu, selu, hardsigmoid, exp, rsqrt, x**2, x**3, clamp, smooth_l1, xlogy, + - * / with a tensor, a
-  constant or a run-time Python number, bias adds) calls one generic Triton elementwise kernel
-  written here; a chain of them runs as one generated kernel, and one used only by a mean or sum
-  of all its elements (a loss) also sums its block there, the reduce starter adding up the
-  partial sums;
-- cumsum / cumprod of a floating tensor over one dim call a generated row-scan kernel
-  (scan_pieces.py; a flip on both sides becomes a reversed scan, a bool mask a prologue);
-- max / min / amax / amin / argmax / argmin / prod over one dim call a generated dim-reduction
-  kernel (dimred_pieces.py);
-- convolutions (transposed too) and max / average pools over 1-3 dims call a generated
-  implicit-GEMM convolution kernel (conv_pieces.py) and a pooling kernel (pool_pieces.py), but
-  only when nothing else would run a kernel of ours (fallback_rules.py): next to our elementwise
-  kernels they stay cuDNN's;
-- batch / instance / group norms (and layer norms next to another starter) become a generated
-  statistics kernel plus elementwise ops fused with what follows (norm_rewrites.py, norm_pieces.py);
-- nn.GRU / nn.LSTM run a generated recurrent step kernel (rnn_pieces.py);
-- everything else stays the torch op it was (reshapes, max...).
+The problem's Model is traced (trace.py: torch.fx, or with concrete meta shapes where fx cannot),
+rewritten into ops the rules map one by one (rewrites.py, attention_rewrites.py, mha_rewrites.py,
+norm_rewrites.py, kernel_rewrites.py), and its forward re-emitted as a `ModelNew(Model)` subclass
+(same constructor, so the same seed gives the same weights) where each op a rule takes calls a kernel:
+- the problem's main op its library starter (op_rules.py: matmul, softmax, layernorm, rmsnorm,
+  reduce, flash_attention, cross_entropy; flash attention may come as a second starter next to
+  matmul, its names prefixed _fa_), through the type's helpers (templates/lib_<type>.py);
+- every floating-point elementwise op the generic elementwise kernel (elementwise.py,
+  templates/elementwise.py); a chain of them one generated kernel (fusion.py), which also sums
+  its block when a mean or sum of all of it is its only use (a loss);
+- scans, dim reductions, batch / instance / group norms, GRU / LSTM, triangular matmuls a
+  generated kernel family each (pattern_rules.py, templates/<family>.py); convolutions and pools
+  too, but only when nothing else would run a kernel of ours (fallback_rules.py);
+- everything else stays the torch op it was (reshapes, ...).
+The forward goes through `_kb_graphed` (templates/graph.py, replay.py): CUDA-graph replay where the
+launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
 
-The forward goes through `_kb_graphed` (graph_pieces.py): CUDA-graph replay per input signature,
-on by default where the launches it saves outweigh the copies (the KB_CUDA_GRAPH tunable).
-
-When nothing can be replaced (untraceable model, unsupported ops only), the starting point is
-the reference's forward itself: correct, but it launches no kernel of its own, so the judge's
-own-kernel check rejects it; `Solution.kind` says "torch-only" and the description says so.
-
-The file is a regular kernel file for the loop (KERNEL_TYPE = "kb", a kernel_fn, one merged
-SEARCH_SPACE of the starter's tunables and the elementwise kernel's), so the search proposer
-tunes it like any other kernel.
+When nothing can be replaced, the starting point is the reference's forward itself: correct, but
+the judge's own-kernel check rejects it; `Solution.kind` says "torch-only". The file is a regular
+kernel file for the loop (KERNEL_TYPE = "kb", a kernel_fn, one merged SEARCH_SPACE), so the search
+proposer tunes it like any other kernel.
 """
 
 from __future__ import annotations
@@ -52,54 +29,31 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
-from autokernel.kb.attention_rewrites import MASKED_SDPA, SECOND_FLASH
-from autokernel.kb.conv_pieces import CONV_ENTRY, CONV_SOURCE, CONV_SPACE
-from autokernel.kb.dimred_pieces import DIMRED_ENTRY, DIMRED_SOURCE, DIMRED_SPACE
 from autokernel.kb.fallback_rules import Source, conv_args, pool_args
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
-from autokernel.kb.graph_pieces import GRAPH_SPACE, graph_default, graph_source, io_bytes, launches_nothing
-from autokernel.kb.norm_pieces import NORM_ENTRY, NORM_SOURCE, NORM_SPACE
+from autokernel.kb.replay import graph_default, io_bytes, launches_nothing
 from autokernel.kb.op_rules import OpRules, main_op
-from autokernel.kb.pool_pieces import POOL_ENTRY, POOL_SOURCE, POOL_SPACE
 from autokernel.kb.problems import Problem
-from autokernel.kb.rnn_pieces import RNN_ENTRY, RNN_SOURCE, RNN_SPACE
-from autokernel.kb.trimm_pieces import TRIMM_ENTRY, TRIMM_SOURCE, TRIMM_SPACE
-from autokernel.kb.scan_pieces import SCAN_ENTRY, SCAN_SOURCE, SCAN_SPACE
+from autokernel.kb.starter_source import prefixed_starter, starter_pieces, strip_docstring
+from autokernel.kb.templates import template
 from autokernel.kb.trace import trace_problem
-from autokernel.kb.source_pieces import (
-    EW_ONLY_ENTRY,
-    EW_SOURCE,
-    EW_SPACE,
-    HELPERS,
-    LAUNCH_IMPORT,
-    prefixed_starter,
-    TORCH_ONLY_ENTRY,
-    starter_pieces,
-    strip_docstring,
-)
 
 KIND_LIBRARY = "library"  # a library starter for the main op (plus the elementwise kernel)
 KIND_ELEMENTWISE = "elementwise"  # only the generic elementwise kernel
-KIND_SCAN = "scan"  # the generated scan kernel (plus the elementwise kernel)
-KIND_DIMRED = "dim-reduction"  # the generated max / min / arg / prod kernel (plus the elementwise one)
-KIND_CONV = "conv"  # the generated convolution kernel (plus the others)
-KIND_POOL = "pool"  # the generated pooling kernel (plus the others)
-KIND_NORM = "norm"  # the generated normalisation statistics (plus the elementwise kernel)
-KIND_RNN = "rnn"  # the generated GRU / LSTM step kernel
-KIND_TRIMM = "triangular-matmul"  # triu / tril of a product of triangular matrices
-
-# the generated kernel families: replaced-op prefix -> (source, tunables, entry, kind, what it is)
-GENERATED = {
-    "scan": (SCAN_SOURCE, SCAN_SPACE, SCAN_ENTRY, KIND_SCAN, "row-scan"),
-    "dimred": (DIMRED_SOURCE, DIMRED_SPACE, DIMRED_ENTRY, KIND_DIMRED, "dim-reduction"),
-    "conv": (CONV_SOURCE, CONV_SPACE, CONV_ENTRY, KIND_CONV, "convolution"),
-    "pool": (POOL_SOURCE, POOL_SPACE, POOL_ENTRY, KIND_POOL, "pooling"),
-    "norm": (NORM_SOURCE, NORM_SPACE, NORM_ENTRY, KIND_NORM, "normalisation"),
-    "rnn": (RNN_SOURCE, RNN_SPACE, RNN_ENTRY, KIND_RNN, "recurrent"),
-    "trimm": (TRIMM_SOURCE, TRIMM_SPACE, TRIMM_ENTRY, KIND_TRIMM, "triangular matmul"),
-}
 KIND_TORCH = "torch-only"  # the reference's own forward: fails the own-kernel check
+KIND_SCAN, KIND_DIMRED, KIND_CONV = "scan", "dim-reduction", "conv"  # a generated kernel (plus the others)
+# the generated kernel families (each a template of that name): replaced-op prefix -> (kind, what it is)
+GENERATED = {
+    "scan": (KIND_SCAN, "row-scan"),
+    "dimred": (KIND_DIMRED, "dim-reduction"),
+    "conv": (KIND_CONV, "convolution"),
+    "pool": ("pool", "pooling"),
+    "norm": ("norm", "normalisation"),
+    "rnn": ("rnn", "recurrent"),
+    "trimm": ("triangular-matmul", "triangular matmul"),
+}
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file
+
 
 class Unsupported(Exception):
     pass
@@ -123,7 +77,7 @@ class Solution:
         fused = f" ({self.fused} fused group(s))" if self.fused else ""
         gens = {g: sum(1 for r in self.replaced if r.startswith(g + ":")) for g in GENERATED}
         parts = [f"{self.library} starter" if self.library else None,
-                 *(f"{GENERATED[g][4]} Triton kernel for {k} op(s)" if k else None for g, k in gens.items()),
+                 *(f"{GENERATED[g][1]} Triton kernel for {k} op(s)" if k else None for g, k in gens.items()),
                  f"elementwise Triton kernel for {sum(1 for r in self.replaced if r.startswith('ew:'))} op(s)"
                  + fused if any(r.startswith("ew:") for r in self.replaced) else None]
         text = " + ".join(p for p in parts if p)
@@ -134,7 +88,7 @@ class Solution:
 
 def assemble(problem: Problem, forward: str | None, library: str | None, use_ew: bool, description: str,
              fp32: bool = False, gens: tuple = (), second: str | None = None, masked: bool = False,
-             graph: int = 0) -> str:
+             graph_on: int = 0) -> str:
     """The solution file: the problem, the library starter and the generated kernels it uses
     (`gens`: keys of GENERATED), one merged SEARCH_SPACE, the entry function, the forward."""
     head = (f'"""KernelBench solution for {problem.label()}: ModelNew (generated by autokernel kb).\n'
@@ -145,42 +99,31 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
     if library or use_ew or gens:
         parts.append("\nimport torch\nimport triton\nimport triton.language as tl\n")
         if not library:  # a starter's source brings its own
-            parts.append(LAUNCH_IMPORT)
-    if library:
-        src, sp = starter_pieces(library)
-        parts.append(f"\n# ---- library starter: {library} ----\n" + src.strip("\n") + "\n")
-        if fp32 and any(k.startswith("FP32_") for k in sp):
+            parts.append(template("launch").body)
+    for name, prefix in ((library, ""), (second, SECOND_PREFIX)):
+        if not name:
+            continue
+        src, sp = prefixed_starter(name, prefix) if prefix else starter_pieces(name)
+        what = f"second library starter: {name} (names prefixed {prefix})" if prefix else f"library starter: {name}"
+        parts.append(f"\n# ---- {what} ----\n" + src.strip("\n") + "\n")
+        if fp32 and any(k.startswith(prefix + "FP32_") for k in sp):
             # an fp32 problem only ever takes the starter's fp32 path: tune only its tunables
-            sp = {k: v for k, v in sp.items() if k.startswith("FP32_")}
+            sp = {k: v for k, v in sp.items() if k.startswith(prefix + "FP32_")}
         space.update(sp)
-    if second:
-        src, sp = prefixed_starter(second, SECOND_PREFIX)
-        parts.append(f"\n# ---- second library starter: {second} (names prefixed {SECOND_PREFIX}) ----\n"
-                     + src.strip("\n") + "\n")
-        if fp32 and any(k.startswith(SECOND_PREFIX + "FP32_") for k in sp):
-            sp = {k: v for k, v in sp.items() if k.startswith(SECOND_PREFIX + "FP32_")}
-        space.update(sp)
-    if use_ew or library == "matmul":
-        parts.append(EW_SOURCE)
-        space.update(EW_SPACE)
-    for g in gens:
-        parts.append(GENERATED[g][0])
-        space.update(GENERATED[g][1])
-    if library:
-        parts.append(HELPERS[library])
-        if second:
-            parts.append(SECOND_FLASH)
-        if masked:
-            parts.append(MASKED_SDPA)
-    elif gens:
-        parts.append(GENERATED[gens[0]][2])
-    elif use_ew:
-        parts.append(EW_ONLY_ENTRY)
-    else:
-        parts.append(TORCH_ONLY_ENTRY)
+    pieces = [template(t) for t in ("elementwise",) if use_ew or library == "matmul"]
+    pieces += [template(g) for g in gens]
+    if library:  # the type's helpers, then those of a second starter and a masked attention
+        pieces += [template(t) for t, use in ((f"lib_{library}", True), ("second_flash", second),
+                                              ("masked_sdpa", masked)) if use]
+    for t in pieces:
+        parts.append(t.body)
+        space.update(t.space)
+    if not library:  # the entry: the first generated family's, the elementwise kernel's, or none
+        parts.append(template(gens[0] if gens else "elementwise" if use_ew else "torch_only").entry)
     if forward is not None:
-        parts.append(graph_source(graph))
-        space.update(GRAPH_SPACE)
+        graph = template("graph")  # its KB_CUDA_GRAPH = 1 set to this problem's default
+        parts.append(graph.body.replace("KB_CUDA_GRAPH = 1 ", f"KB_CUDA_GRAPH = {int(graph_on)} ", 1))
+        space.update(graph.space)
     parts.append(f"\nSEARCH_SPACE = {space!r}\n")
     if forward is None:
         parts.append("\n\nclass ModelNew(Model):\n    pass\n")
@@ -193,8 +136,8 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
 
 class _Emitter(OpRules):
     def __init__(self, gm, main: str | None, fuse: bool = True, fallback: bool = False):
-        self.gm = gm
-        self.main = main
+        super().__init__(gm, main, GENERATED, fallback)
+        self.fuse = fuse
         self.names: dict[Any, str] = {}
         self.lines: list[str] = []
         self.imports: set[str] = set()
@@ -203,14 +146,6 @@ class _Emitter(OpRules):
         self.fused: list[str] = []  # the fused kernels' sources, each once
         self.fused_ids: dict[str, int] = {}
         self.groups = 0  # fused groups (several may call one kernel)
-        self.generated: dict[str, set] = {g: set() for g in GENERATED}
-        self.whole: dict = {}
-        self.fallback = fallback
-        self.fuse = fuse
-        self.second = None
-        self.masked = False
-        self.launches = 0  # kernel launches of one forward, about (views and getitems launch none)
-        self.last_ew = None
 
     def fmt(self, a) -> str:
         import torch
@@ -384,8 +319,7 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     try:
         gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
-        src = assemble(problem, None, None, False, "torch-only starting point")
-        return Solution(src, KIND_TORCH, note=f"the model cannot be traced with torch.fx ({type(exc).__name__})")
+        return _torch_only(problem, f"the model cannot be traced with torch.fx ({type(exc).__name__})")
     sol = _solve(problem, gm, fuse, fallback=False)
     if sol.kind == KIND_TORCH and any(conv_args(gm, n) or pool_args(gm, n) for n in gm.graph.nodes):
         taken = _solve(problem, gm, fuse, fallback=True)
@@ -409,24 +343,27 @@ def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
                 em = _Emitter(gm, attempt, fuse=False, fallback=fallback)
                 forward = em.run()
         except Unsupported as exc:
-            src = assemble(problem, None, None, False, "torch-only starting point")
-            return Solution(src, KIND_TORCH, note=str(exc))
+            return _torch_only(problem, str(exc))
         used_lib = attempt if any(r.startswith("lib:") for r in em.replaced) else None
         use_ew = any(r.startswith("ew:") for r in em.replaced)
         gens = tuple(g for g in GENERATED if any(r.startswith(g + ":") for r in em.replaced))
         if attempt and not used_lib:
             continue  # the main op could not be replaced after all: emit without the starter
         if not used_lib and not use_ew and not gens:
-            src = assemble(problem, None, None, False, "torch-only starting point")
-            return Solution(src, KIND_TORCH, kept=em.kept, note="no op the library or the elementwise kernel covers")
-        kind = KIND_LIBRARY if used_lib else GENERATED[gens[0]][3] if gens else KIND_ELEMENTWISE
+            return _torch_only(problem, kept=em.kept)
+        kind = KIND_LIBRARY if used_lib else GENERATED[gens[0]][0] if gens else KIND_ELEMENTWISE
         sol = Solution("", kind, library=used_lib, replaced=em.replaced, kept=em.kept, fused=em.groups)
         second = em.second if used_lib and em.second != used_lib else None
         if second:
             sol.library = f"{used_lib}+{second}"
         sol.graph = graph_default(em.launches, io_bytes(gm))
         sol.source = assemble(problem, forward, used_lib, use_ew, sol.describe(), fp32=_fp32(gm), gens=gens,
-                              second=second, masked=em.masked, graph=sol.graph)
+                              second=second, masked=em.masked, graph_on=sol.graph)
         return sol
+    return _torch_only(problem)
+
+
+def _torch_only(problem: Problem, note: str = "no op the library or the elementwise kernel covers",
+                kept: list | None = None) -> Solution:
     src = assemble(problem, None, None, False, "torch-only starting point")
-    return Solution(src, KIND_TORCH, note="no op the library or the elementwise kernel covers")
+    return Solution(src, KIND_TORCH, kept=kept or [], note=note)

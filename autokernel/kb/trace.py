@@ -54,21 +54,20 @@ def _shape_tracer():
         def _v(self):
             return self.tracer.metas.get(self.node)
 
-        def size(self, dim=None):
+        def _number(self, method, *args):
             v = self._v()
             if isinstance(v, torch.Tensor):
-                return v.size() if dim is None else v.size(dim)
-            return self.tracer.create_proxy("call_method", "size", (self,) if dim is None else (self, dim), {})
+                return getattr(v, method)(*args)
+            return self.tracer.create_proxy("call_method", method, (self, *args), {})
+
+        def size(self, dim=None):
+            return self._number("size") if dim is None else self._number("size", dim)
 
         def dim(self):
-            v = self._v()
-            return v.dim() if isinstance(v, torch.Tensor) else self.tracer.create_proxy("call_method", "dim",
-                                                                                         (self,), {})
+            return self._number("dim")
 
         def numel(self):
-            v = self._v()
-            return v.numel() if isinstance(v, torch.Tensor) else self.tracer.create_proxy("call_method", "numel",
-                                                                                           (self,), {})
+            return self._number("numel")
 
         def __len__(self):
             v = self._v()
@@ -122,10 +121,7 @@ def _shape_tracer():
                 a = a.node
             if isinstance(a, fx.Node):
                 if a not in self.metas and a.op == "get_attr":  # made by fx without create_proxy
-                    v = self.root
-                    for part in a.target.split("."):
-                        v = getattr(v, part)
-                    return v
+                    return _attr(self.root, a.target)
                 return self.metas.get(a)
             return a
 
@@ -146,9 +142,7 @@ def _shape_tracer():
                     elif kind == "call_module":
                         v = self.leaf_forward(*a, **kw)
                     elif kind == "get_attr":
-                        v = self.root
-                        for part in target.split("."):
-                            v = getattr(v, part)
+                        v = _attr(self.root, target)
                     else:
                         v = None
             finally:
@@ -169,6 +163,12 @@ def _shape_tracer():
         return call
 
     return ShapeTracer, factory
+
+
+def _attr(obj, path: str):
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def shape_trace(model, inputs, fixed=None, leaves=()):
@@ -201,8 +201,8 @@ def trace_problem(problem):
     from autokernel.kb.norm_rewrites import rewrite_norms
     from autokernel.kb.op_rules import main_op
     from autokernel.kb.rewrites import rewrite
-    from autokernel.kb.rnn_pieces import rewrite_rnns
-    from autokernel.kb.trimm_pieces import rewrite_triangular
+    from autokernel.kb.kernel_rewrites import rewrite_rnns
+    from autokernel.kb.kernel_rewrites import rewrite_triangular
 
     mod = problem.load_module()
     torch.manual_seed(0)

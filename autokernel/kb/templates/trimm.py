@@ -9,9 +9,12 @@ on any non-zero, and the product kernel reads that flag: set, every tile takes t
 fp32 products are "ieee", as the judge's TF32-off reference.
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-TRIMM_SOURCE = '''
+from autokernel.kb.templates.launch import cdiv, launch, next_power_of_2
+
 # ---- generated triangular matmul (autokernel kb): triu / tril of A @ B, triangular A and B ----
 TRIMM_BLOCK_M = 64
 TRIMM_BLOCK_N = 64
@@ -81,52 +84,12 @@ def _kb_trimm(a, b, upper=True):
     launch(_kb_trimm_kernel, (cdiv(n, TRIMM_BLOCK_M), cdiv(n, TRIMM_BLOCK_N)), a, b, c, flag, n, UPPER=upper,
            BM=TRIMM_BLOCK_M, BN=TRIMM_BLOCK_N, BK=TRIMM_BLOCK_K, num_warps=TRIMM_WARPS)
     return c
-'''
 
-TRIMM_SPACE = {"TRIMM_BLOCK_M": [32, 64, 128], "TRIMM_BLOCK_N": [32, 64, 128], "TRIMM_BLOCK_K": [16, 32, 64],
-               "TRIMM_WARPS": [2, 4, 8]}
 
-TRIMM_ENTRY = '''
+SEARCH_SPACE = {"TRIMM_BLOCK_M": [32, 64, 128], "TRIMM_BLOCK_N": [32, 64, 128], "TRIMM_BLOCK_K": [16, 32, 64],
+                "TRIMM_WARPS": [2, 4, 8]}
+
 
 def kernel_fn(a, b, upper=True):
     """The file's entry function: the generated triangular matmul."""
     return _kb_trimm(a, b, upper)
-'''
-
-
-def tri_matmul(a, b, upper: bool):
-    """The reference: torch.triu(a @ b) (tril without `upper`)."""
-    import torch
-
-    c = torch.matmul(a, b)
-    return torch.triu(c) if upper else torch.tril(c)
-
-
-def rewrite_triangular(gm) -> bool:
-    """torch.triu / tril (diagonal 0) of the matmul of two square fp32 matrices -> tri_matmul."""
-    import torch
-
-    from autokernel.kb.fx_nodes import fn_name, node_shape, rewrite_nodes
-
-    def build(g, node):
-        if node.op != "call_function" or node.target not in (torch.triu, torch.tril) or len(node.args) != 1 \
-                or node.kwargs:
-            return None
-        mm = node.args[0]
-        if getattr(mm, "op", None) != "call_function" or fn_name(mm.target) not in ("matmul", "mm") \
-                or len(mm.args) != 2 or mm.kwargs or len(mm.users) != 1:
-            return None
-        a, b = mm.args
-        sa, sb = node_shape(a), node_shape(b)
-        if sa is None or len(sa) != 2 or sa[0] != sa[1] or sa != sb \
-                or any(t.meta["tensor_meta"].dtype != torch.float32 for t in (a, b)):
-            return None
-        return g.call_function(tri_matmul, (a, b, node.target is torch.triu))
-
-    changed = rewrite_nodes(gm, build)
-    if changed:  # the matmuls the rewrite folded in
-        for node in reversed(list(gm.graph.nodes)):
-            if node.op == "call_function" and fn_name(node.target) in ("matmul", "mm") and not node.users:
-                gm.graph.erase_node(node)
-        gm.recompile()
-    return changed

@@ -1,16 +1,19 @@
-"""The source pieces of the generated pooling kernel: nn.MaxPool1d/2d/3d and nn.AvgPool1d/2d/3d
+"""The generated pooling kernel: nn.MaxPool1d/2d/3d and nn.AvgPool1d/2d/3d
 (and the F. functions) forward, for problems that would otherwise start torch-only (KernelBench
 level 1's pools). Every case is the 3-D one with unit dims prepended; a program computes a
 [POOL_BLOCK_H, POOL_BLOCK_W] tile of one plane's outputs at one output depth, walking the window
 with 32-bit offsets inside the plane (a per-element 64-bit index split cost more than the loads). Max pools pad with -inf and take dilation; average pools
 divide by the window clipped to the padded input (count_include_pad) or by the elements inside
 it, or by divisor_override; ceil_mode as torch's (a last window that starts in the right padding
-is dropped). Like the scan kernel, it carries its own tunables.
+is dropped).
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-POOL_SOURCE = '''
+from autokernel.kb.templates.launch import cdiv, launch, next_power_of_2
+
 # ---- generated pooling Triton kernel (autokernel kb): max / average pools over 1-3 dims ----
 POOL_BLOCK_H = 8  # output rows per program (of one plane and output depth)
 POOL_BLOCK_W = 64  # output columns per program: consecutive, so the window's loads are coalesced
@@ -103,15 +106,13 @@ def _kb_pool(x, nd, kind, kernel_size, stride=None, padding=0, dilation=1, ceil_
         launch(_kb_pool_kernel, grid, xs, y, D, H, W, *out, *k, *s, *p, *d, float(divisor_override or 0), w_tiles,
                IS_MAX=kind == "max", INCLUDE_PAD=bool(count_include_pad), BH=bh, BW=bw, num_warps=POOL_WARPS)
     return y.reshape(*lead, *out[3 - nd:])
-'''
 
-POOL_SPACE = {"POOL_BLOCK_H": [1, 2, 4, 8, 16], "POOL_BLOCK_W": [16, 32, 64, 128, 256], "POOL_WARPS": [1, 2, 4, 8]}
 
-POOL_ENTRY = '''
+SEARCH_SPACE = {"POOL_BLOCK_H": [1, 2, 4, 8, 16], "POOL_BLOCK_W": [16, 32, 64, 128, 256], "POOL_WARPS": [1, 2, 4, 8]}
+
 
 def kernel_fn(x, nd=2, kind="max", kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False,
               count_include_pad=True, divisor_override=None):
     """The file's entry function: the generated pooling kernel."""
     return _kb_pool(x, nd, kind, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad,
                     divisor_override)
-'''

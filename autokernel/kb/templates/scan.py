@@ -1,12 +1,14 @@
-"""The source pieces of the generated row-scan kernel: cumsum / cumprod of a KernelBench problem
-over any one dim (op_rules.py decides which nodes it computes, solutions.py writes these into the
-solution file next to the elementwise kernel). No library starter scans, so, like the elementwise
-kernel, it is written here and carries its own tunables.
+"""The generated row-scan kernel: cumsum / cumprod of a KernelBench problem
+over any one dim (pattern_rules.py decides which nodes it computes, solutions.py writes these into the
+solution file next to the elementwise kernel).
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-SCAN_SOURCE = '''
+from autokernel.kb.templates.launch import cdiv, launch, next_power_of_2
+
 # ---- generated row-scan Triton kernel (autokernel kb): cumsum / cumprod over one dim ----------
 SCAN_BLOCK = 2048  # the widest chunk a program scans at once; longer rows are walked chunk by chunk
 SCAN_TILE = 4096  # elements a program holds per step: short rows are packed SCAN_TILE // chunk a program
@@ -83,14 +85,12 @@ def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
     # a permuted view, as _kb_softmax's: x's layout back only where a .view or the return needs it
     y = out.movedim(-1, dim)
     return y.contiguous() if contiguous else y
-'''
 
-SCAN_SPACE = {"SCAN_BLOCK": [256, 512, 1024, 2048, 4096, 8192], "SCAN_TILE": [1024, 2048, 4096, 8192, 16384],
-              "SCAN_WARPS": [1, 2, 4, 8, 16]}
 
-SCAN_ENTRY = '''
+SEARCH_SPACE = {"SCAN_BLOCK": [256, 512, 1024, 2048, 4096, 8192], "SCAN_TILE": [1024, 2048, 4096, 8192, 16384],
+                "SCAN_WARPS": [1, 2, 4, 8, 16]}
+
 
 def kernel_fn(x, dim=-1, prod=False, reverse=False, mask=None):
     """The file's entry function: the generated row-scan kernel."""
     return _kb_scan(x, dim, prod=prod, reverse=reverse, mask=mask)
-'''

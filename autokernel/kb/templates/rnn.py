@@ -8,13 +8,15 @@ weights streamed from L2, fp32 "ieee" products as the judge's TF32-off reference
 gates in registers (GRU: r, z, n with n's hidden part kept apart for r * (W_hn h + b_hn); LSTM:
 i, f, g, o and the cell), writing h_t straight into its slice of the layer's output, which the next
 step reads as h_{t-1}: no copies between steps. Launch-bound by nature (T x layers x directions
-launches): the CUDA-graph replay of the forward (graph_pieces.py) is what makes it fast. Like the
-scan kernel, it carries its own tunables.
+launches): the CUDA-graph replay of the forward (templates/graph.py) is what makes it fast.
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-RNN_SOURCE = '''
+from autokernel.kb.templates.launch import cdiv, launch
+
 # ---- generated recurrent step kernel (autokernel kb): nn.GRU / nn.LSTM, one launch per step ----
 RNN_BLOCK_B = 16  # batch rows per program (tl.dot's minimum)
 RNN_BLOCK_H = 32  # hidden units per program
@@ -47,7 +49,7 @@ def _kb_tanh(x):
 
 @triton.jit
 def _kb_rnn_step_kernel(x_ptr, h_ptr, c_ptr, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, hout_ptr, cout_ptr,
-                        B, I, H, sx, sh, so, LSTM: tl.constexpr, HAS_BIAS: tl.constexpr, BB: tl.constexpr,
+                        B, IN, H, sx, sh, so, LSTM: tl.constexpr, HAS_BIAS: tl.constexpr, BB: tl.constexpr,
                         BH: tl.constexpr, BK: tl.constexpr):
     rb = tl.program_id(0) * BB + tl.arange(0, BB)
     rh = tl.program_id(1) * BH + tl.arange(0, BH)
@@ -56,13 +58,13 @@ def _kb_rnn_step_kernel(x_ptr, h_ptr, c_ptr, wih_ptr, whh_ptr, bih_ptr, bhh_ptr,
     a1 = tl.zeros([BB, BH], tl.float32)
     a2 = tl.zeros([BB, BH], tl.float32)
     a3 = tl.zeros([BB, BH], tl.float32)
-    a0 = _kb_rnn_dot(a0, x_ptr, sx, wih_ptr, 0, rb, rh, B, I, H, BK)
-    a1 = _kb_rnn_dot(a1, x_ptr, sx, wih_ptr, H, rb, rh, B, I, H, BK)
-    a2 = _kb_rnn_dot(a2, x_ptr, sx, wih_ptr, 2 * H, rb, rh, B, I, H, BK)
+    a0 = _kb_rnn_dot(a0, x_ptr, sx, wih_ptr, 0, rb, rh, B, IN, H, BK)
+    a1 = _kb_rnn_dot(a1, x_ptr, sx, wih_ptr, H, rb, rh, B, IN, H, BK)
+    a2 = _kb_rnn_dot(a2, x_ptr, sx, wih_ptr, 2 * H, rb, rh, B, IN, H, BK)
     a0 = _kb_rnn_dot(a0, h_ptr, sh, whh_ptr, 0, rb, rh, B, H, H, BK)
     a1 = _kb_rnn_dot(a1, h_ptr, sh, whh_ptr, H, rb, rh, B, H, H, BK)
     if LSTM:  # gates i, f, g, o: input and hidden parts summed
-        a3 = _kb_rnn_dot(a3, x_ptr, sx, wih_ptr, 3 * H, rb, rh, B, I, H, BK)
+        a3 = _kb_rnn_dot(a3, x_ptr, sx, wih_ptr, 3 * H, rb, rh, B, IN, H, BK)
         a2 = _kb_rnn_dot(a2, h_ptr, sh, whh_ptr, 2 * H, rb, rh, B, H, H, BK)
         a3 = _kb_rnn_dot(a3, h_ptr, sh, whh_ptr, 3 * H, rb, rh, B, H, H, BK)
     else:  # gates r, z, n: n's hidden part apart (it is scaled by r)
@@ -144,64 +146,12 @@ def _kb_rnn(x, hx, module, lstm):
         inp = out
     out = inp.transpose(0, 1) if module.batch_first else inp
     return (out, (hn, cn)) if lstm else (out, hn)
-'''
 
-RNN_SPACE = {"RNN_BLOCK_B": [16, 32], "RNN_BLOCK_H": [16, 32, 64, 128], "RNN_BLOCK_K": [16, 32, 64],
-             "RNN_WARPS": [1, 2, 4, 8]}
 
-RNN_ENTRY = '''
+SEARCH_SPACE = {"RNN_BLOCK_B": [16, 32], "RNN_BLOCK_H": [16, 32, 64, 128], "RNN_BLOCK_K": [16, 32, 64],
+                "RNN_WARPS": [1, 2, 4, 8]}
+
 
 def kernel_fn(x, hx, module, lstm=False):
     """The file's entry function: the generated recurrent kernels."""
     return _kb_rnn(x, hx, module, lstm)
-'''
-
-
-def rnn_forward(x, hx, module, lstm: bool):
-    """The module's own forward (the reference); on the meta device only its output shapes (the
-    meta GRU walks every step in Python: seconds at KernelBench's sizes)."""
-    import torch
-
-    if not x.is_meta:
-        return module(x, hx)
-    D = 2 if module.bidirectional else 1
-    T, B = (x.shape[1], x.shape[0]) if module.batch_first and x.dim() == 3 else (x.shape[0], x.shape[1:2])
-    B = tuple(B) if isinstance(B, torch.Size) else (B,)
-    out_shape = ((B[0], T) if module.batch_first and x.dim() == 3 else (T, *B)) + (D * module.hidden_size,)
-    out = torch.empty(out_shape, device="meta", dtype=x.dtype)
-    h = torch.empty((module.num_layers * D, *B, module.hidden_size), device="meta", dtype=x.dtype)
-    return (out, (h, torch.empty_like(h))) if lstm else (out, h)
-
-
-def rnn_launches(gm, node) -> int:
-    """Kernel launches of one rnn_forward node: a step kernel per time step, layer and direction."""
-    from autokernel.kb.fx_nodes import node_shape
-
-    x, mod = node.args[0], gm.get_submodule(node.args[2].target)
-    shape = node_shape(x) or (1,)
-    steps = shape[1] if mod.batch_first and len(shape) == 3 else shape[0]
-    return steps * mod.num_layers * (2 if mod.bidirectional else 1)
-
-
-def rewrite_rnns(gm) -> bool:
-    """nn.GRU / nn.LSTM calls with fp32 weights (no dropout between layers, no projection) ->
-    rnn_forward(x, hx, module, lstm). True when anything changed."""
-    import torch
-    import torch.nn as nn
-
-    from autokernel.kb.fx_nodes import rewrite_nodes
-
-    def build(g, node):
-        if node.op != "call_module" or node.kwargs or not 1 <= len(node.args) <= 2:
-            return None
-        mod = gm.get_submodule(node.target)
-        if type(mod) not in (nn.GRU, nn.LSTM) or (mod.dropout and mod.num_layers > 1) \
-                or getattr(mod, "proj_size", 0):
-            return None
-        # fp32 weights: x is fp32 too (torch's RNNs refuse other inputs); run before shape propagation
-        if any(p.dtype != torch.float32 for p in mod.parameters()):
-            return None
-        hx = node.args[1] if len(node.args) > 1 else None
-        return g.call_function(rnn_forward, (node.args[0], hx, g.get_attr(node.target), type(mod) is nn.LSTM))
-
-    return rewrite_nodes(gm, build)

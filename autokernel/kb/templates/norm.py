@@ -1,4 +1,4 @@
-"""The source pieces of the generated normalisation kernels: the statistics of nn.BatchNorm1d/2d/3d,
+"""The generated normalisation kernels: the statistics of nn.BatchNorm1d/2d/3d,
 nn.InstanceNorm1d/2d/3d, nn.GroupNorm and (next to another library starter) nn.LayerNorm, as
 per-channel (or per-row) mean, scale and shift tensors that the elementwise kernels apply:
 norm_rewrites.py turns the module into `_kb_norm_stats` followed by (x - mean) * scale + shift,
@@ -13,13 +13,15 @@ keeping an exact fp32 (count, mean, M2) summary merged tile by tile (Chan et al.
 16 M elements loses nothing to a long running sum; a finishing kernel merges the splits, writes
 mean, rstd * weight and bias per channel (per (n, c) for instance and group norm), and, for a
 BatchNorm in training, updates running_mean / running_var / num_batches_tracked as torch does.
-A BatchNorm in eval mode reads its running statistics: one launch. Like the scan kernel, it
-carries its own tunables.
+A BatchNorm in eval mode reads its running statistics: one launch.
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-NORM_SOURCE = '''
+from autokernel.kb.templates.launch import cdiv, launch, next_power_of_2
+
 # ---- generated normalisation statistics (autokernel kb): batch / instance / group / layer norm ----
 NORM_BLOCK = 4096  # elements a statistics program holds per tile
 NORM_PROGRAMS = 1024  # a group's elements are split over programs until about this many run
@@ -214,14 +216,12 @@ def _kb_norm_stats(x, module, kind, dims=0):
            eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None, RUNNING=running, UPDATE=update,
            CUMULATIVE=cumulative, GB=gb, CB=next_power_of_2(cpg), num_warps=4)
     return (mean, scale) if shift is None else (mean, scale, shift)
-'''
 
-NORM_SPACE = {"NORM_BLOCK": [1024, 2048, 4096, 8192], "NORM_PROGRAMS": [264, 528, 1024, 2048, 4096],
-              "NORM_WARPS": [2, 4, 8, 16]}
 
-NORM_ENTRY = '''
+SEARCH_SPACE = {"NORM_BLOCK": [1024, 2048, 4096, 8192], "NORM_PROGRAMS": [264, 528, 1024, 2048, 4096],
+                "NORM_WARPS": [2, 4, 8, 16]}
+
 
 def kernel_fn(x, module, kind="batch", dims=0):
     """The file's entry function: the generated normalisation statistics."""
     return _kb_norm_stats(x, module, kind, dims)
-'''

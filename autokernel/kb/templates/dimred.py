@@ -1,16 +1,17 @@
-"""The source pieces of the generated dim-reduction kernel: max / min (values and indices),
+"""The generated dim-reduction kernel: max / min (values and indices),
 amax / amin, argmax / argmin, prod and logsumexp over one dim of a KernelBench problem, the reductions the
-reduce starter (sums and means) does not do. op_rules.py decides which nodes it computes,
+reduce starter (sums and means) does not do. pattern_rules.py decides which nodes it computes,
 solutions.py writes these into the solution file. x is read in place as [outer, R, inner] tiles,
 coalesced along inner (along R when the dim is the last), with fp32 running values across chunks
-of R. Like the scan kernel, it carries its own tunables.
+of R.
 """
 
-from __future__ import annotations
+import torch
+import triton
+import triton.language as tl
 
-DIMRED_OPS = ("max", "min", "amax", "amin", "argmax", "argmin", "prod", "logsumexp")
+from autokernel.kb.templates.launch import cdiv, launch, next_power_of_2
 
-DIMRED_SOURCE = '''
 # ---- generated dim-reduction Triton kernel (autokernel kb): max / min / arg / prod over a dim ----
 DIMRED_TILE = 4096  # elements a program holds per chunk of R
 DIMRED_INNER = 64  # inner positions per program when the dim is not the last
@@ -106,14 +107,12 @@ def _kb_dimred(x, dim, op, keepdim=False):
     if op in ("max", "min"):
         return (torch.return_types.max if op == "max" else torch.return_types.min)((vals, idxs))
     return idxs if op in ("argmax", "argmin") else vals
-'''
 
-DIMRED_SPACE = {"DIMRED_TILE": [1024, 2048, 4096, 8192, 16384], "DIMRED_INNER": [16, 32, 64, 128, 256],
+
+SEARCH_SPACE = {"DIMRED_TILE": [1024, 2048, 4096, 8192, 16384], "DIMRED_INNER": [16, 32, 64, 128, 256],
                 "DIMRED_WARPS": [1, 2, 4, 8, 16]}
 
-DIMRED_ENTRY = '''
 
 def kernel_fn(x, dim=-1, op="max", keepdim=False):
     """The file's entry function: the generated dim-reduction kernel."""
     return _kb_dimred(x, dim, op, keepdim)
-'''

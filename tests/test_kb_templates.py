@@ -1,0 +1,188 @@
+"""The KB compiler's templates (autokernel/kb/templates/*.py) as modules, like the starters: each
+imported and its kernels run (interpreter on CPU) on small fp32 inputs against torch; the named
+elementwise table read from the elementwise template; what the emitter takes of a template's source.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def tmpl(name):
+    return importlib.import_module(f"autokernel.kb.templates.{name}")
+
+
+def close(a, b, **kw):
+    torch.testing.assert_close(a, b, rtol=kw.get("rtol", 1e-4), atol=kw.get("atol", 1e-5))
+
+
+def test_every_template_splits_into_a_self_contained_body():
+    import autokernel.kb.templates as pkg
+    from autokernel.kb.templates import template
+
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
+    assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "graph", "launch",
+            "lib_matmul", "lib_softmax", "masked_sdpa", "second_flash", "torch_only"} <= set(names)
+    for name in names:
+        t = template(name)
+        tmpl(name)  # importable
+        assert "\nimport " not in t.body and "\nfrom autokernel" not in t.body.replace("    from autokernel", "")
+        assert "SEARCH_SPACE" not in t.body and "def kernel_fn" not in t.body
+        if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "elementwise"):
+            assert t.entry.lstrip().startswith("def kernel_fn(") and t.space
+            assert all(k in t.body for k in t.space)  # every tunable is a constant of the body
+    graph = template("graph")
+    assert graph.space == {"KB_CUDA_GRAPH": [0, 1]} and "KB_CUDA_GRAPH = 1 " in graph.body
+
+
+def test_elementwise_table_names_every_op_with_the_kernels_expression():
+    from autokernel.kb.elementwise import EW_OPS
+    from autokernel.kb.templates.elementwise import EW
+
+    assert len(EW_OPS) == 32 and EW_OPS[EW.ADD].name == "ADD" and EW_OPS[EW.ADD].expr == "{x} + {y}"
+    assert EW_OPS[EW.SUB].swap == EW.RSUB and EW_OPS[EW.RELU].swap is None
+    assert EW_OPS[EW.SMOOTH_L1].expr == "_kb_smooth_l1({x} - {y}, {a})"  # the kernel's last branch
+    assert EW_OPS[EW.CLAMP].expr == "tl.minimum(tl.maximum({x}, {a}), {b})"
+    assert {op.arity for op in EW_OPS.values()} == {1, 2} and EW_OPS[EW.XLOGY].arity == 2
+
+
+# each op of EW against torch: (op, torch function of x[, y], alpha, beta)
+_EW_CASES = [
+    ("RELU", torch.relu), ("GELU", F.gelu), ("GELU_TANH", lambda x: F.gelu(x, approximate="tanh")),
+    ("SIGMOID", torch.sigmoid), ("TANH", torch.tanh), ("SILU", F.silu), ("EXP", torch.exp), ("NEG", torch.neg),
+    ("ABS", torch.abs), ("RSQRT", torch.rsqrt), ("SQUARE", lambda x: x * x),
+    ("SQRT", torch.sqrt), ("LOG", torch.log), ("MISH", F.mish),
+    ("HARDSWISH", F.hardswish), ("SELU", F.selu), ("HARDSIGMOID", F.hardsigmoid), ("CUBE", lambda x: x ** 3),
+]
+
+
+@pytest.mark.parametrize("name,ref", _EW_CASES, ids=[c[0] for c in _EW_CASES])
+def test_elementwise_unary_ops_match_torch(name, ref):
+    m = tmpl("elementwise")
+    x = torch.randn(3, 70)
+    if name in ("RSQRT", "SQRT", "LOG"):
+        x = x.abs() + 0.5
+    close(m._kb_ew(getattr(m.EW, name), x), ref(x))
+
+
+def test_elementwise_ops_with_scalars_and_broadcast_operands_match_torch():
+    m, EW = tmpl("elementwise"), tmpl("elementwise").EW
+    x, y = torch.randn(4, 6, 5), torch.rand(4, 6, 5) + 0.5
+    close(m._kb_ew(EW.CLAMP, x, None, -0.5, 0.25), x.clamp(-0.5, 0.25))
+    close(m._kb_ew(EW.LEAKY_RELU, x, None, 0.1), F.leaky_relu(x, 0.1))
+    close(m._kb_ew(EW.ELU, x, None, 0.7), F.elu(x, 0.7))
+    close(m._kb_ew(EW.SOFTPLUS, x, None, 2.0, 10.0), F.softplus(x, 2.0, 10.0))
+    close(m._kb_ew(EW.SMOOTH_L1, x, y, 0.5), F.smooth_l1_loss(x, y, reduction="none", beta=0.5))
+    close(m._kb_ew(EW.XLOGY, y, x.abs() + 0.1), torch.xlogy(y, x.abs() + 0.1))
+    for op, f in ((EW.ADD, torch.add), (EW.SUB, torch.sub), (EW.MUL, torch.mul), (EW.DIV, torch.div),
+                  (EW.MAXIMUM, torch.maximum), (EW.MINIMUM, torch.minimum)):
+        close(m._kb_ew(op, x, y), f(x, y))  # same shape
+        close(m._kb_ew(op, x, y[0, 0]), f(x, y[0, 0]))  # a row (bias)
+        close(m._kb_ew(op, x, y[:, :1, :1]), f(x, y[:, :1, :1]))  # a block over a run of dims
+        close(m._kb_ew(op, y[:, :1, :1], x), f(y[:, :1, :1], x))  # the broadcast one first: swapped
+    close(m._kb_ew(EW.RSUB, x, None, 2.0), 2.0 - x)
+    close(m._kb_ew(EW.RDIV, y, None, 3.0), 3.0 / y)
+    close(m.kernel_fn(x), torch.relu(x))
+
+
+def test_scan_dimred_and_trimm_templates_match_torch():
+    scan, dimred, trimm = tmpl("scan"), tmpl("dimred"), tmpl("trimm")
+    x = torch.rand(5, 37, 3) + 0.5
+    close(scan._kb_scan(x, 1), torch.cumsum(x, 1))
+    close(scan._kb_scan(x, -1, prod=True), torch.cumprod(x, -1))
+    close(scan._kb_scan(x, 1, reverse=True), torch.cumsum(x.flip(1), 1).flip(1))
+    close(scan.kernel_fn(x, 0), torch.cumsum(x, 0))
+    values, indices = dimred._kb_dimred(x, 1, "max")
+    close(values, torch.max(x, 1).values)
+    assert torch.equal(indices, torch.max(x, 1).indices)
+    close(dimred._kb_dimred(x, 1, "amin"), torch.amin(x, 1))
+    assert torch.equal(dimred._kb_dimred(x, 2, "argmin"), torch.argmin(x, 2))
+    close(dimred._kb_dimred(x, 1, "logsumexp", keepdim=True), torch.logsumexp(x, 1, keepdim=True))
+    close(dimred.kernel_fn(x, 0, "prod"), torch.prod(x, 0))
+    a, b = torch.randn(20, 20).triu(), torch.randn(20, 20).triu()
+    close(trimm._kb_trimm(a, b, True), torch.triu(a @ b), atol=1e-4)
+    close(trimm.kernel_fn(a.t().contiguous(), b.t().contiguous(), False), torch.tril(a.t() @ b.t()), atol=1e-4)
+
+
+def test_conv_and_pool_templates_match_torch():
+    conv, pool = tmpl("conv"), tmpl("pool")
+    x, w, b = torch.randn(2, 4, 9, 8), torch.randn(6, 2, 3, 3), torch.randn(6)
+    close(conv._kb_conv(x, w, b, stride=2, padding=1, groups=2), F.conv2d(x, w, b, 2, 1, 1, 2), atol=1e-4)
+    wt = torch.randn(4, 3, 3, 3)
+    close(conv.kernel_fn(x, wt, None, stride=2, padding=1, transposed=True, output_padding=1),
+          F.conv_transpose2d(x, wt, None, 2, 1, 1), atol=1e-4)
+    close(pool._kb_pool(x, 2, "max", 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
+    close(pool.kernel_fn(x, 2, "avg", 2, ceil_mode=True), F.avg_pool2d(x, 2, ceil_mode=True))
+
+
+def test_norm_and_rnn_templates_match_torch():
+    norm, rnn = tmpl("norm"), tmpl("rnn")
+    x = torch.randn(3, 4, 5, 6)
+    bn = nn.BatchNorm2d(4).train()
+    ref_bn = nn.BatchNorm2d(4).train()
+    mean, scale, shift = norm._kb_norm_stats(x, bn, "batch")
+    close((x - mean) * scale + shift, ref_bn(x), atol=1e-4)
+    close(bn.running_mean, ref_bn.running_mean)  # the running statistics updated as torch does
+    gn = nn.GroupNorm(2, 4)
+    mean, scale, shift = norm.kernel_fn(x, gn, "group")
+    close((x - mean) * scale + shift, gn(x), atol=1e-4)
+    torch.manual_seed(0)
+    for cls, lstm in ((nn.GRU, False), (nn.LSTM, True)):
+        mod = cls(5, 7, num_layers=2, batch_first=True)
+        seq = torch.randn(2, 4, 5)
+        out, h = rnn._kb_rnn(seq, None, mod, lstm)
+        ref_out, ref_h = mod(seq)
+        close(out, ref_out, atol=1e-4)
+        close(h[0] if lstm else h, ref_h[0] if lstm else ref_h, atol=1e-4)
+
+
+def test_graph_launch_and_torch_only_templates():
+    graph, launch, torch_only = tmpl("graph"), tmpl("launch"), tmpl("torch_only")
+    x = torch.randn(4)
+    close(graph._kb_graphed(nn.Module(), lambda a, s: a * s, (x, 2.0)), x * 2.0)  # no CUDA: eager
+    assert launch.cdiv(10, 4) == 3 and launch.next_power_of_2(5) == 8
+    with pytest.raises(NotImplementedError):
+        torch_only.kernel_fn(x)
+
+
+def test_library_helper_templates_match_torch():
+    mm, sm, ln, rms = tmpl("lib_matmul"), tmpl("lib_softmax"), tmpl("lib_layernorm"), tmpl("lib_rmsnorm")
+    red, ce, fa = tmpl("lib_reduce"), tmpl("lib_cross_entropy"), tmpl("lib_flash_attention")
+    a, b, w, bias = torch.randn(2, 3, 16, 32), torch.randn(32, 24), torch.randn(24, 32), torch.randn(24)
+    close(mm._kb_mm(a, b), a @ b, atol=1e-4)
+    assert mm._kb_mm(a[0], torch.randn(3, 32, 8)).shape == (3, 16, 8)
+    close(mm._kb_linear(a, w, bias), F.linear(a, w, bias), atol=1e-4)
+    q, k, v = torch.randn(1, 2, 16, 16), torch.randn(1, 2, 16, 16), torch.randn(1, 2, 16, 16)
+    close(mm._kb_sdpa_mm(q, k, v, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-4)
+    close(fa._kb_sdpa(q, k, v, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-4)
+    x = torch.randn(4, 6, 10)
+    close(sm._kb_softmax(x, 1, contiguous=True), torch.softmax(x, 1))
+    close(sm._kb_softmax(x, -1, log=True), torch.log_softmax(x, -1))
+    assert ln._kb_layer_norm(x, torch.randn(6, 10), torch.randn(6, 10), 1e-5).shape == x.shape
+    g, h = torch.randn(10), torch.randn(10)
+    close(ln._kb_layer_norm(x, g, h, 1e-5), F.layer_norm(x, (10,), g, h, 1e-5), atol=1e-4)
+    close(rms._kb_rms_norm(x, -1, 1e-6), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), atol=1e-4)
+    close(red._kb_sum(x, 1), x.sum(1))
+    close(red._kb_mean(x), x.mean())
+    logits, targets = torch.randn(8, 11), torch.randint(0, 11, (8,))
+    close(ce._kb_cross_entropy(logits, targets), F.cross_entropy(logits, targets))
+
+
+def test_attention_templates_match_torch():
+    masked = tmpl("masked_sdpa")
+    q, k, v = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    tril = torch.tril(torch.ones(8, 8)).view(1, 1, 8, 8)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    close(masked._kb_masked_sdpa(q, k, v, tril, 0, 16 ** -0.5), ref, atol=1e-4)  # the causal one: flash
+    other = torch.zeros(1, 1, 8, 8)
+    other[..., 0] = 1.0  # a mask that is not causal: the reference's ops
+    att = (q @ k.transpose(-2, -1)) * 0.25
+    close(masked._kb_masked_sdpa(q, k, v, other, 1.0, 0.25),
+          torch.softmax(att.masked_fill(other == 1.0, float("-inf")), -1) @ v, atol=1e-4)
+    close(tmpl("second_flash")._kb_sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-4)
