@@ -1,6 +1,6 @@
 """The calls of a KernelBench problem the layernorm starter computes, adapted to the starter's row layer norm."""
 
-from autokernel.kernels.starters.layernorm import kernel_fn
+from autokernel.kernels.layernorm.triton_starter import kernel_fn
 
 
 def _kb_layer_norm(x, weight, bias, eps):

@@ -3,7 +3,7 @@
 import torch
 
 from autokernel.kb.templates.elementwise import EW, _kb_ew
-from autokernel.kernels.starters.matmul import bmm, kernel_fn
+from autokernel.kernels.matmul.triton_starter import bmm, kernel_fn
 
 
 def _kb_mm(a, b):

@@ -1,6 +1,6 @@
 """The calls of a KernelBench problem the reduce starter computes, adapted to the starter's sum_dim."""
 
-from autokernel.kernels.starters.reduce import sum_dim
+from autokernel.kernels.reduce.triton_starter import sum_dim
 
 
 def _kb_sum(x, dim=None, keepdim=False):

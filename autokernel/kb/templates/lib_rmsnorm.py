@@ -1,6 +1,6 @@
 """The calls of a KernelBench problem the rmsnorm starter computes, adapted to the starter's rms_norm_dim."""
 
-from autokernel.kernels.starters.rmsnorm import rms_norm_dim
+from autokernel.kernels.rmsnorm.triton_starter import rms_norm_dim
 
 
 def _kb_rms_norm(x, dim, eps, mean=True):

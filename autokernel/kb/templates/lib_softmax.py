@@ -1,6 +1,6 @@
 """The calls of a KernelBench problem the softmax starter computes, adapted to the starter's row softmax."""
 
-from autokernel.kernels.starters.softmax import kernel_fn
+from autokernel.kernels.softmax.triton_starter import kernel_fn
 
 
 def _kb_softmax(x, dim=-1, contiguous=False, log=False):
