@@ -73,6 +73,13 @@ def relu_problem():
     return load_problems("checkout", CHEATS / "kb", level=1)[0]
 
 
+@pytest.fixture(scope="module")
+def relu_problem_gpu():
+    from autokernel.kb.problems import load_problems
+
+    return load_problems("checkout", CHEATS / "kb_large", level=1)[0]
+
+
 def _one_line(text: str) -> None:
     assert text and "\n" not in text and "Traceback" not in text, text
 
@@ -226,8 +233,8 @@ def test_fingerprint_cache_gains_no_speed_on_gpu(worker):
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(KB) + ["side_stream"])
-def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem, name):
-    res = kb_worker.evaluate(relu_problem, (CHEATS / "kb" / f"{name}.py").read_text(), timeout_s=300)
+def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem_gpu, name):
+    res = kb_worker.evaluate(relu_problem_gpu, (CHEATS / "kb" / f"{name}.py").read_text(), timeout_s=300)
     if name == "side_stream":
         assert res.outcome == "cheat" and ("side streams" in res.error or "timed is wrong" in res.error), res.error
         _one_line(res.error)

@@ -38,8 +38,10 @@ _UNKEYED = object()  # marks an argument the plain path must decide on
 def _signature_key(args: tuple) -> tuple:
     # One comprehension, not a loop of appends: this runs on every launch (~25 arguments for attention).
     # Bools get their own tag: True == 1 in a tuple, but Triton compiles an i1 and an i32 differently.
-    key = tuple([(a.dtype, a.data_ptr() & 15 == 0) if type(a) is _Tensor
-                 else a if type(a) is int or a is None
+    # Ints first: most arguments are sizes and strides.
+    key = tuple([a if type(a) is int
+                 else (a.dtype, a.data_ptr() & 15 == 0) if type(a) is _Tensor
+                 else a if a is None
                  else float if type(a) is float
                  else (bool, a) if type(a) is bool
                  else _UNKEYED  # a tensor subclass, a dtype, anything else
@@ -94,7 +96,7 @@ def launch(kernel, grid: tuple, *args, **meta):
         return kernel[grid](*args, **meta)
     # the device is part of the key (Triton compiles per device): the first argument's, when a tensor
     a0 = args[0] if args else None
-    dev = a0.device.index if type(a0) is _Tensor else None
+    dev = a0.get_device() if type(a0) is _Tensor else None  # (get_device: no torch.device object made)
     key = (kernel, grid, dev, sig, *meta.items())
     hit = _cache.get(key)
     if hit is None:

@@ -227,7 +227,7 @@ def kernel_fn(x, weight, bias, eps):
         return y
     if cols > 1 and x.stride(1) != 1 and x.stride(1) * cols >= 2**31:
         x = x.contiguous()  # column offsets are 32-bit in the kernels
-    args = (x.stride(0), x.stride(1), weight.stride(0), bias.stride(0), y.stride(0))
+    args = (x.stride(0), x.stride(1), weight.stride(0), bias.stride(0), cols)  # (y is fresh: row stride cols)
     if cols <= MAX_FUSED_COLS:
         block_n = max(next_power_of_2(cols), 16)
         rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))

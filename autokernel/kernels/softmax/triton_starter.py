@@ -144,9 +144,9 @@ def kernel_fn(x, log=False):
         tiles = cdiv(rows, rows_per)
         persistent = SCHEDULE == "persistent"
         launch(_softmax_fused, (_programs(x, tiles) if persistent else tiles,),
-            x, y, rows, cols, x.stride(0), x.stride(1), y.stride(0), tiles,
+            x, y, rows, cols, x.stride(0), x.stride(1), cols, tiles,  # (y is fresh: its row stride is cols)
             ROWS=rows_per, BLOCK_N=block_n, LOG=log, PERSISTENT=persistent, num_warps=warps)
     else:
-        launch(_softmax_looped, (rows,), x, y, cols, x.stride(0), x.stride(1), y.stride(0),
+        launch(_softmax_looped, (rows,), x, y, cols, x.stride(0), x.stride(1), cols,
                                  BLOCK=LOOP_BLOCK, LOG=log, num_warps=LOOP_WARPS)
     return y
