@@ -29,8 +29,8 @@ args = (a, b, c, 3, 5, 1, 1, 1, 5, 1, 5, 1, 0, 0, 0, 64, 0, 5)
 meta = dict(BM=64, BN=64, BK=32, GROUP=8, EVEN_K=False)
 _empty[(1,)](x); launcher.launch(_empty, (1,), x); _many[(1,)](*args, **meta); launcher.launch(_many, (1,), *args, **meta)
 launcher.launch(_many, (1,), *args, **meta)
-key = next(k for k in launcher._cache if k[0] is _many)
-compiled, tail = launcher._cache[key]
+key = next(k for k in launcher._cache if k[0] == id(_many))
+compiled, tail, _kernel = launcher._cache[key]
 stream = torch.cuda.current_stream().cuda_stream
 rows = {
     "empty plain kernel[grid]()": lambda: _empty[(1,)](x),

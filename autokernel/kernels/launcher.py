@@ -80,7 +80,7 @@ def _init() -> None:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    _triton.update(JITFunction=JITFunction, knobs=knobs, driver=driver)
+    _triton.update(JITFunction=JITFunction, runtime=knobs.runtime, driver=driver)
 
 
 def launch(kernel, grid: tuple, *args, **meta):
@@ -97,17 +97,19 @@ def launch(kernel, grid: tuple, *args, **meta):
     # the device is part of the key (Triton compiles per device): the first argument's, when a tensor
     a0 = args[0] if args else None
     dev = a0.get_device() if type(a0) is _Tensor else None  # (get_device: no torch.device object made)
-    key = (kernel, grid, dev, sig, *meta.items())
+    # id(kernel), not the kernel: JITFunction.__hash__ is Python (a locked property, ~0.4 us a launch).
+    # The entry holds the kernel, so the id cannot be reused by another kernel while it is cached.
+    key = (id(kernel), grid, dev, sig, *meta.items())
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **meta)
         names, defaults = _tail_template(kernel)
         tail = tuple(meta[n] if n in meta else defaults.get(n) for n in names[len(args):])
         if compiled is not None and not hasattr(compiled, "result") and len(_cache) < _MAX_ENTRIES:
-            _cache[key] = (compiled, tail)
+            _cache[key] = (compiled, tail, kernel)
         return compiled
-    compiled, tail = hit
-    knobs = _triton["knobs"].runtime
+    compiled, tail, _kernel = hit
+    knobs = _triton["runtime"]
     enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
     # Triton 3.6's hooks are HookChains, never None: empty ones would still cost a launch_metadata dict
     # and two Python calls from the C launcher per launch. No hook to run is passed as None.
