@@ -156,3 +156,19 @@ if __name__ == "__main__":
     import sys
 
     main(sys.argv[1:])
+
+
+def test_triton_repeated_calls_reuse_one_prepared_plan(tmp_path):
+    """The host work of a call is done once per (shapes, strides, dtype, device); a repeated call gives
+    the right result on new values, and x as a transposed view (other strides) gets a plan of its own."""
+    mod = K.load("triton", None, tmp_path)
+    gen = K.gen(41)
+    dtype = torch.float16
+    x, wg, wu, wd = K.make({"tokens": 17, "hidden": 40, "ffn": 72}, dtype, gen)
+    for _ in range(3):
+        x.normal_(generator=gen)
+        check(mod.kernel_fn(x, wg, wu, wd), (x, wg, wu, wd), dtype)
+    assert len(mod._PLANS) == 1
+    xt = x.t().contiguous().t()  # same values, column-major
+    check(mod.kernel_fn(xt, wg, wu, wd), (xt, wg, wu, wd), dtype)
+    assert len(mod._PLANS) == 2
