@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional
 from torch import nn
 
 from autokernel.amdahl import kernel_speedup
-from autokernel.config import Paths, resolve_home
+from autokernel.config import Paths, bind_cache, resolve_home
 from autokernel.dispatch import Decision, Decisions, from_bench
 from autokernel.errors import ConfigError, NotFoundError
 from autokernel.kernels import get_spec, kernel_types, starter_path
@@ -133,15 +133,24 @@ def load_ops(kernels: list[KeptKernel], cache_dir: Path | None = None) -> dict[s
 
 class Applied(Plug):
     """What apply() put into the model: the kernels, their ops and decisions, and the live routes.
-    remove() (or the end of a `with` block) restores the model."""
+    remove() (or the end of a `with` block) restores the model. While the kernels are in, the
+    AutoKernel cache is `paths`' (config.bind_cache): a CUDA kernel builds its extension at its
+    first call, and that build goes under the home apply() was given."""
 
     def __init__(self, model: nn.Module, kernels: list[KeptKernel], ops: dict[str, KernelOp],
-                 decisions: dict[str, Decisions], notes: list[str]):
+                 decisions: dict[str, Decisions], notes: list[str], paths: Paths | None = None):
         super().__init__(model, ops, decisions)
         self.kernels = kernels
         self.ops = ops
         self.decisions = decisions
         self.notes = notes
+        self._release_cache = bind_cache(paths) if paths is not None else (lambda: None)
+
+    def remove(self) -> None:
+        try:
+            super().remove()
+        finally:
+            self._release_cache()
 
     def summary(self) -> list[dict]:
         rep = self.report
@@ -213,6 +222,9 @@ def apply(model: nn.Module, run: int | None = None, kernels: Any = None, home: s
           use_unmeasured: bool | None = None) -> Applied:
     """Put AutoKernel's kernels into `model` (see the module doc); returns the handle.
 
+    home: the AutoKernel home (else $AUTOKERNEL_HOME, else ./.autokernel): where the kernels come
+    from, and where every cache write goes while they are applied (kernel-source copies, a CUDA
+    kernel's extension built at its first call).
     use_unmeasured: at shapes where nothing was measured, True uses the kernels in every mode and
     False never does; by default eager mode uses them and torch.compile leaves them out."""
     if not isinstance(model, nn.Module):
@@ -228,4 +240,4 @@ def apply(model: nn.Module, run: int | None = None, kernels: Any = None, home: s
         if store is not None:
             store.close()
     notes = [f"{op.name}: {op.kind}" + (f" ({op.note})" if op.note else "") for op in ops.values()]
-    return Applied(model, chosen, ops, decisions, notes)
+    return Applied(model, chosen, ops, decisions, notes, paths)

@@ -89,12 +89,35 @@ def use_home(paths: Paths) -> Callable[[], None]:
 CACHE_ENV = "AUTOKERNEL_CACHE_DIR"
 
 
+# The homes of the live autokernel.apply() handles, newest last: (handle token, Paths).
+_BOUND_CACHES: list[tuple[object, Paths]] = []
+
+
+def bind_cache(paths: Paths) -> Callable[[], None]:
+    """Make `paths`' cache the one cache_dir() answers until the returned function is called.
+    autokernel.apply(home=...) binds its home for as long as its kernels stay in the model: a CUDA
+    kernel file builds its extension at its first call (load_extension, handed no Paths), and that
+    build belongs under the home the user gave, not $AUTOKERNEL_HOME or ./.autokernel. Unlike
+    use_home it leaves the environment alone (a library call must not change the process's home);
+    with several live handles the newest wins, and releasing them in any order is safe."""
+    token = object()
+    _BOUND_CACHES.append((token, paths))
+
+    def release() -> None:
+        _BOUND_CACHES[:] = [entry for entry in _BOUND_CACHES if entry[0] is not token]
+
+    return release
+
+
 def cache_dir(paths: Paths | None = None) -> Path:
-    """Where kernel sources and builds are cached: the given home's; else $AUTOKERNEL_CACHE_DIR (a
-    judge child in the sandbox, whose AutoKernel home is read-only, gets its scratch folder there);
-    else the home resolve_home() finds (the CLI's --home, see use_home)."""
+    """Where kernel sources and builds are cached: the given home's; else that of the newest live
+    autokernel.apply() handle (bind_cache); else $AUTOKERNEL_CACHE_DIR (a judge child in the
+    sandbox, whose AutoKernel home is read-only, gets its scratch folder there); else the home
+    resolve_home() finds (the CLI's --home, see use_home)."""
     if paths is not None:
         return paths.cache
+    if _BOUND_CACHES:
+        return _BOUND_CACHES[-1][1].cache
     raw = os.environ.get(CACHE_ENV)
     return Path(raw) if raw else resolve_home().cache
 

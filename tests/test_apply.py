@@ -86,6 +86,49 @@ def test_tiny_llama_with_autokernel_compiles_without_graph_breaks_or_recompiles_
     torch._dynamo.reset()
 
 
+def _apply_given_home_writes_nowhere_else(tmp_path, monkeypatch, backend: str):
+    """apply(home=H) with $AUTOKERNEL_HOME unset, in a fresh working directory and user home: the
+    kernel (source text, so it is copied into a cache to be imported) runs in the model; returns
+    (H's Paths, what the applied handle's live cache answered, the CUDA build folder it resolved)."""
+    from autokernel.config import cache_dir, resolve_home
+    from autokernel.cuda.build import build_dir_for
+
+    for var in ("AUTOKERNEL_HOME", "AUTOKERNEL_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    cwd, user = tmp_path / "cwd", tmp_path / "user"
+    cwd.mkdir()
+    user.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(user))
+    paths = resolve_home(tmp_path / "h")
+    # a source of its own (no file, unseen by this process): apply copies it into the cache
+    source = starter_path("rmsnorm", backend).read_text() + f"\n# applied from {tmp_path.name}\n"
+    b = load_model("llama-tiny", seq=16)
+    with autokernel.apply(b.model, kernels={"rmsnorm": source}, home=paths.home, use_unmeasured=True) as h:
+        live, build = cache_dir(), build_dir_for("0123abcd")
+        with torch.inference_mode():
+            out = output_tensor(b.forward())
+        assert h.report.calls["rmsnorm"] == 5 and torch.isfinite(out).all()
+    assert cache_dir() == (cwd / ".autokernel" / "cache").resolve()  # released with the kernels
+    assert list(cwd.iterdir()) == [] and not (user / ".autokernel").exists()
+    copies = list((paths.cache / "kernel_sources").glob("*.py"))
+    assert len(copies) == 1 and copies[0].read_text() == source
+    return paths, live, build
+
+
+def test_apply_given_home_keeps_every_cache_write_there(tmp_path, monkeypatch):
+    paths, live, build = _apply_given_home_writes_nowhere_else(tmp_path, monkeypatch, "triton")
+    # a CUDA kernel's extension, built at its first call, resolves its folder the same way
+    assert live == paths.cache and build == paths.cache / "cuda" / "0123abcd"
+
+
+@pytest.mark.gpu
+def test_apply_given_home_builds_cuda_kernels_there(tmp_path, monkeypatch):
+    paths, _, _ = _apply_given_home_writes_nowhere_else(tmp_path, monkeypatch, "cuda")
+    builds = list((paths.cache / "cuda").iterdir())
+    assert builds and any(p.suffix == ".so" for p in builds[0].iterdir())
+
+
 def test_compile_leaves_unmeasured_kernels_out_by_default_and_uses_measured_wins(tmp_path):
     torch._dynamo.reset()
     b = load_model("llama-tiny", seq=16)

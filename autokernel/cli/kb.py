@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from autokernel.cli.console import err, out, warn_if_unsandboxed
-from autokernel.cli.options import positive
+from autokernel.cli.options import Candidates, LLMPrice, MaxCost, MaxLLMCalls, Ray, Temperature, positive
 from autokernel.cli.runlog import RunLog, tee
 from autokernel.redact import redact
 from autokernel.textfmt import number
@@ -121,15 +121,15 @@ def run_cmd(
     resume_run: Optional[int] = typer.Option(None, "--resume-run", min=1, help="Continue kb run RUN."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (agent llm)."),
     provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (agent llm)."),
-    candidates: Optional[int] = typer.Option(None, "--candidates", help="LLM answers per request, judged as one batch (default 1)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="LLM sampling temperature (default 0.7)."),
-    max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", help="Stop the run cleanly after N LLM calls."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
-    llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens (or $AUTOKERNEL_LLM_PRICES)."),
+    candidates: Candidates = None,
+    temperature: Temperature = None,
+    max_llm_calls: MaxLLMCalls = None,
+    max_cost: MaxCost = None,
+    llm_price: LLMPrice = None,
     timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one judgement, seconds."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over these GPUs, one judge per GPU: indices (0,1,2,3) or all."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Spread the problems over N CPU workers (the Triton interpreter)."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its ADDRESS, or local; one judge per GPU (or --workers N)."),
+    ray: Ray = None,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress)."),
 ) -> None:
     """Optimize KernelBench problems: initial ModelNew from the kernel library, then the loop."""

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autokernel.cli.console import err, out, warn_if_unsandboxed
-from autokernel.cli.options import positive
+from autokernel.cli.options import Candidates, LLMPrice, MaxCost, MaxLLMCalls, Ray, Temperature, positive
 from autokernel.cli.recap import recap_lines
 from autokernel.cli.runlog import RunLog, tee
 from autokernel.redact import redact
@@ -135,17 +135,17 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", min=1, help="Kernels to extract when the model is new."),
         llm_model: Optional[str] = typer.Option(None, "--llm-model", help="LLM model name (or $AUTOKERNEL_LLM_MODEL)."),
         provider: Optional[str] = typer.Option(None, "--provider", help="openai or anthropic (or $AUTOKERNEL_LLM_PROVIDER)."),
-        candidates: Optional[int] = typer.Option(None, "--candidates", help="LLM answers per request, judged as one batch (default 1)."),
-        temperature: Optional[float] = typer.Option(None, "--temperature", help="LLM sampling temperature (default 0.7)."),
-        max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", help="Stop the run cleanly after N LLM calls."),
-        max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop the run cleanly once its LLM calls cost USD (needs a price)."),
-        llm_price: Optional[str] = typer.Option(None, "--llm-price", help="IN,OUT: USD per million input and output tokens of --llm-model (or $AUTOKERNEL_LLM_PRICES)."),
+        candidates: Candidates = None,
+        temperature: Temperature = None,
+        max_llm_calls: MaxLLMCalls = None,
+        max_cost: MaxCost = None,
+        llm_price: LLMPrice = None,
         timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
         target_mode: Optional[str] = typer.Option(None, "--target-mode", help="How the model runs, so what a kernel must beat: compile (torch.compile's op, GPU time; default) or eager (eager's op, host time included)."),
         screen_margin: Optional[float] = typer.Option(None, "--screen-margin", help="A candidate screened at the heaviest shape goes on to the full judgement within this factor of the best (default 1.2)."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="Judge on these GPUs at once, one judge per GPU: indices (0,1,2,3) or all."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Judge on N CPU workers at once (the Triton interpreter; machines without a GPU, tests)."),
-        ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its ADDRESS, or local; one judge per GPU (or --workers N)."),
+        ray: Ray = None,
         no_verify: bool = typer.Option(False, "--no-verify", help="Skip the verification at the end."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live display)."),
     ) -> None:

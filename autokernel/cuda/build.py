@@ -104,13 +104,19 @@ def build_hash(name: str, cuda_src: str, cpp_src: str, functions: Iterable[str],
     return h.hexdigest()[:20]
 
 
+def build_dir_for(key: str) -> Path:
+    """The on-disk build folder of a build hash: <cache>/cuda/<key>, the cache config.cache_dir()
+    answers at build time (an applied model's home, the CLI's --home, ...)."""
+    from autokernel.config import cache_dir
+
+    return cache_dir() / "cuda" / key
+
+
 def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
                    extra_cuda_cflags: Iterable[str] = (), defines: Mapping[str, int | str] | None = None,
                    sm90a: bool = False) -> ModuleType:
     """Compile (or reuse) the extension and return the imported module. Needs CUDA and ninja."""
     from torch.utils import cpp_extension
-
-    from autokernel.config import cache_dir
 
     dflags = _define_flags(defines)
     cuda_flags = ["-O3", "-lineinfo", *arch_flags(sm90a), *dflags, *extra_cuda_cflags]
@@ -122,7 +128,7 @@ def load_extension(name: str, cuda_src: str, cpp_src: str, functions: list[str],
         missing = toolchain_missing()
         if missing:
             raise KernelFileError(f"cannot build CUDA kernel {name}: {missing}")
-        build_dir = cache_dir() / "cuda" / key
+        build_dir = build_dir_for(key)
         build_dir.mkdir(parents=True, exist_ok=True)
         cpp_path, cu_path = build_dir / "main.cpp", build_dir / "kernel.cu"
         for path, text in ((cpp_path, render_cpp(cpp_src, functions)), (cu_path, render_cu(cuda_src))):

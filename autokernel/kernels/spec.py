@@ -47,6 +47,10 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+# fp32 1e-4 whatever the dtype: a type whose math is fp32 end to end (16-bit inputs are exact in fp32).
+FP32_MATH_TOLERANCES: dict[str, tuple[float, float]] = {name: (1e-4, 1e-4) for name in DTYPES}
+
+
 @dataclass
 class KernelSpec:
     """Everything fixed about one kernel type.
@@ -130,3 +134,75 @@ def randn(shape: Sequence[int], dtype: torch.dtype, device: Any, gen: torch.Gene
     elif scale == "equal":
         t = torch.full_like(t, 0.5)
     return t.to(device=device, dtype=dtype)
+
+
+def gen_device(gen: torch.Generator | None, device: Any) -> Any:
+    """Where random inputs are drawn: the generator's device (so a seed gives the same values on
+    every device), else the target device."""
+    return gen.device if gen is not None else device
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def shape_maker(keys: Sequence[str]) -> Callable[..., Shape]:
+    """A shape dict from positional sizes in `keys` order: shape_maker(("rows", "cols"))(4, 64)."""
+    keys = tuple(keys)
+
+    def make(*sizes: int) -> Shape:
+        if len(sizes) != len(keys):
+            raise ValueError(f"a shape of {'x'.join(keys)} takes {len(keys)} sizes, got {len(sizes)}")
+        return dict(zip(keys, sizes))
+
+    return make
+
+
+def dims_shape_of(**where: tuple[int, int]) -> Callable[..., Shape]:
+    """A spec's shape_of from where each key's size is read: key=(argument index, dim index)."""
+
+    def shape_of(*args) -> Shape:
+        return {key: args[arg].shape[dim] for key, (arg, dim) in where.items()}
+
+    return shape_of
+
+
+# Row-wise types: an op applied to every row of a 2-D (rows, cols) tensor.
+ROWS_COLS = ("rows", "cols")
+rows_cols = shape_maker(ROWS_COLS)
+row_shape_of = dims_shape_of(rows=(0, 0), cols=(0, 1))
+
+
+def rowwise_spec(**fields: Any) -> KernelSpec:
+    """The KernelSpec of a row-wise type: rows x cols shapes, read off x (the first argument)."""
+    return KernelSpec(shape_keys=ROWS_COLS, shape_of=row_shape_of, **fields)
+
+
+def rowwise_flops(per_element: float) -> Callable[[Shape, torch.dtype], float]:
+    """flops of a row-wise type that does `per_element` operations per element of x."""
+
+    def flops(shape: Shape, dtype: torch.dtype) -> float:
+        return per_element * shape["rows"] * shape["cols"]
+
+    return flops
+
+
+def rowwise_bytes(matrices: int, per_col: int = 0, per_row: int = 0) -> Callable[[Shape, torch.dtype], float]:
+    """bytes of a row-wise type in its dtype: `matrices` rows x cols tensors read or written (x, the
+    output), `per_col` vectors of cols (weight, bias) and `per_row` vectors of rows (a row result)."""
+
+    def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
+        rows, cols = shape["rows"], shape["cols"]
+        return float((matrices * rows * cols + per_col * cols + per_row * rows) * element_size(dtype))
+
+    return bytes_moved
+
+
+def row_input(shape: Shape, dtype: torch.dtype, gdev: Any, gen: torch.Generator | None,
+              scale: str = "normal") -> torch.Tensor:
+    """A row-wise type's x in fp32 on `gdev`, to be cast by the caller: N(0, 1) at `scale`, with
+    "large" at 1e3 rather than 1e4 in fp16 (the headroom every spec leaves below fp16's 65504)."""
+    x = randn((shape["rows"], shape["cols"]), torch.float32, gdev, gen, scale)
+    if scale == "large" and dtype == torch.float16:
+        x = x / 10.0
+    return x

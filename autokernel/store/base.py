@@ -7,11 +7,11 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import event
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
-from sqlmodel import Session, create_engine
+from sqlmodel import Session, create_engine, select
 
 from autokernel.config import READ_ONLY_ERRNOS
 from autokernel.errors import NotFoundError, StoreError
@@ -31,7 +31,7 @@ def _set_pragmas(dbapi_conn, _record) -> None:
 
 class StoreBase:
     """Open (and migrate) the database at `path`. Use as a context manager or call close().
-    The plumbing every table's rows build on: session(), and _add / _update for the store
+    The plumbing every table's rows build on: session(), and _add / _get / _update for the store
     package's row classes (store.py, judges.py, llm_calls.py), which derive from this class."""
 
     def __init__(self, path: str | Path):
@@ -95,6 +95,14 @@ class StoreBase:
             s.refresh(obj)
             return obj
 
+    def _get(self, cls, id_: Any, what: str):
+        """The row of `cls` with primary key `id_`; NotFoundError naming it as `what` if none."""
+        with self.session() as s:
+            obj = s.get(cls, id_)
+        if obj is None:
+            raise NotFoundError(f"{what} {id_} not found")
+        return obj
+
     def _update(self, cls, id_: int, **fields):
         with self.session() as s:
             obj = s.get(cls, id_)
@@ -108,6 +116,16 @@ class StoreBase:
             s.commit()
             s.refresh(obj)
             return obj
+
+
+def select_where(cls, **equal: Any) -> Any:
+    """select(cls) keeping the rows whose column equals each given value; a None value filters
+    nothing (the list_* methods' optional filters)."""
+    q = select(cls)
+    for column, value in equal.items():
+        if value is not None:
+            q = q.where(getattr(cls, column) == value)
+    return q
 
 
 def read_only(db: Path) -> bool:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlmodel import select
-
-from autokernel.store.base import StoreBase
+from autokernel.store.base import StoreBase, select_where
 from autokernel.store.tables import Judge
 
 
@@ -22,7 +20,5 @@ class JudgeRows(StoreBase):
 
     def list_judges(self, run_id: Optional[int] = None) -> list[Judge]:
         with self.session() as s:
-            q = select(Judge)
-            if run_id is not None:
-                q = q.where(Judge.run_id == run_id)
+            q = select_where(Judge, run_id=run_id)
             return list(s.exec(q.order_by(Judge.run_id, Judge.id)))

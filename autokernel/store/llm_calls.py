@@ -9,8 +9,7 @@ from sqlalchemy import func
 from sqlalchemy.orm import defer
 from sqlmodel import select
 
-from autokernel.errors import NotFoundError
-from autokernel.store.base import StoreBase
+from autokernel.store.base import StoreBase, select_where
 from autokernel.store.tables import LLMCall
 
 
@@ -22,11 +21,7 @@ class LLMCallRows(StoreBase):
         return self._add(LLMCall(**fields, prompt_gz=_pack(prompt), reply_gz=_pack(reply)))
 
     def get_llm_call(self, call_id: int) -> LLMCall:
-        with self.session() as s:
-            call = s.get(LLMCall, call_id)
-        if call is None:
-            raise NotFoundError(f"llm call {call_id} not found")
-        return call
+        return self._get(LLMCall, call_id, "llm call")
 
     def update_llm_call(self, call_id: int, *, reply: str | None = None, **fields) -> LLMCall:
         return self._update(LLMCall, call_id, **fields, **({"reply_gz": _pack(reply)} if reply is not None else {}))
@@ -36,13 +31,9 @@ class LLMCallRows(StoreBase):
         """Calls in order; `texts=False` leaves the prompt and reply blobs unread (and unreadable on the
         rows returned), `statuses` keeps only those, `last` keeps the newest N."""
         with self.session() as s:
-            q = select(LLMCall)
+            q = select_where(LLMCall, run_id=run_id, kernel_id=kernel_id)
             if not texts:
                 q = q.options(defer(LLMCall.prompt_gz), defer(LLMCall.reply_gz))
-            if run_id is not None:
-                q = q.where(LLMCall.run_id == run_id)
-            if kernel_id is not None:
-                q = q.where(LLMCall.kernel_id == kernel_id)
             if statuses is not None:
                 q = q.where(LLMCall.status.in_(statuses))
             if last is not None:

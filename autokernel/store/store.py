@@ -17,7 +17,7 @@ from sqlmodel import select
 
 from autokernel.errors import LockHeldError, NotFoundError, StoreError
 from autokernel.liveness import owner_alive, this_process
-from autokernel.store.base import BUSY_TIMEOUT_S
+from autokernel.store.base import BUSY_TIMEOUT_S, select_where
 from autokernel.store.judges import JudgeRows
 from autokernel.store.llm_calls import LLMCallRows
 from autokernel.store.tables import Device, Dispatch, Experiment, Kernel, Lock, Profile, Run, utcnow
@@ -39,11 +39,7 @@ class Store(LLMCallRows, JudgeRows):
                              device=device, pid=pid))
 
     def get_run(self, run_id: int) -> Run:
-        with self.session() as s:
-            run = s.get(Run, run_id)
-        if run is None:
-            raise NotFoundError(f"run {run_id} not found")
-        return run
+        return self._get(Run, run_id, "run")
 
     def latest_run(self, kind: str | None = None, model: str | None = None) -> Optional[Run]:
         with self.session() as s:
@@ -73,11 +69,7 @@ class Store(LLMCallRows, JudgeRows):
                                  device=device, total_gpu_ms=total_gpu_ms, forward_ms=forward_ms, run_id=run_id))
 
     def get_profile(self, profile_id: int) -> Profile:
-        with self.session() as s:
-            p = s.get(Profile, profile_id)
-        if p is None:
-            raise NotFoundError(f"profile {profile_id} not found")
-        return p
+        return self._get(Profile, profile_id, "profile")
 
     def latest_profile(self, model: str | None = None) -> Optional[Profile]:
         with self.session() as s:
@@ -136,11 +128,7 @@ class Store(LLMCallRows, JudgeRows):
 
     def list_kernels(self, model: str | None = None, profile_id: int | None = None) -> list[Kernel]:
         with self.session() as s:
-            q = select(Kernel)
-            if model:
-                q = q.where(Kernel.model == model)
-            if profile_id is not None:
-                q = q.where(Kernel.profile_id == profile_id)
+            q = select_where(Kernel, model=model or None, profile_id=profile_id)
             return list(s.exec(q.order_by(Kernel.share.desc(), Kernel.id)))
 
     def update_kernel(self, kernel_id: int, **fields) -> Kernel:
@@ -175,22 +163,12 @@ class Store(LLMCallRows, JudgeRows):
         return self._update(Experiment, exp_id, **fields)
 
     def get_experiment(self, exp_id: int) -> Experiment:
-        with self.session() as s:
-            e = s.get(Experiment, exp_id)
-        if e is None:
-            raise NotFoundError(f"experiment {exp_id} not found")
-        return e
+        return self._get(Experiment, exp_id, "experiment")
 
     def list_experiments(self, run_id: int | None = None, kernel_id: int | None = None,
                          status: str | None = None) -> list[Experiment]:
         with self.session() as s:
-            q = select(Experiment)
-            if run_id is not None:
-                q = q.where(Experiment.run_id == run_id)
-            if kernel_id is not None:
-                q = q.where(Experiment.kernel_id == kernel_id)
-            if status is not None:
-                q = q.where(Experiment.status == status)
+            q = select_where(Experiment, run_id=run_id, kernel_id=kernel_id, status=status)
             return list(s.exec(q.order_by(Experiment.run_id, Experiment.number, Experiment.id)))
 
     def best_experiment(self, kernel_id: int) -> Optional[Experiment]:
@@ -317,13 +295,7 @@ class Store(LLMCallRows, JudgeRows):
     def list_dispatch(self, kernel_type: str | None = None, source_hash: str | None = None,
                       run_id: int | None = None) -> list[Dispatch]:
         with self.session() as s:
-            q = select(Dispatch)
-            if kernel_type is not None:
-                q = q.where(Dispatch.kernel_type == kernel_type)
-            if source_hash is not None:
-                q = q.where(Dispatch.source_hash == source_hash)
-            if run_id is not None:
-                q = q.where(Dispatch.run_id == run_id)
+            q = select_where(Dispatch, kernel_type=kernel_type, source_hash=source_hash, run_id=run_id)
             return list(s.exec(q.order_by(Dispatch.id)))
 
 

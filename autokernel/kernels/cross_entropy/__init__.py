@@ -30,7 +30,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autokernel.kernels.spec import KernelSpec, Shape, randn
+from autokernel.kernels.spec import (FP32_MATH_TOLERANCES, KernelSpec, Shape, dims_shape_of, element_size, gen_device,
+                                     randn, shape_maker)
+
+SHAPE_KEYS = ("rows", "vocab")
+_s = shape_maker(SHAPE_KEYS)
+
 
 IGNORE_INDEX = -100
 
@@ -44,7 +49,7 @@ def reference(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = I
 def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator | None = None,
                 scale: str = "normal") -> tuple:
     n, v = shape["rows"], shape["vocab"]
-    gdev = gen.device if gen is not None else device
+    gdev = gen_device(gen, device)
     logits = randn((n, v), dtype, gdev, gen, "normal" if scale == "masked" else scale)
     targets = torch.randint(0, v, (n,), generator=gen, device=gdev, dtype=torch.int64)
     ignored = torch.rand(n, generator=gen, device=gdev) < 0.125
@@ -69,32 +74,19 @@ def flops(shape: Shape, dtype: torch.dtype) -> float:
 
 def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
     n, v = shape["rows"], shape["vocab"]
-    elt = torch.empty((), dtype=dtype).element_size()
-    return float(n * v * elt + n * 8 + 4)  # logits, int64 targets, the fp32 scalar
-
-
-def _s(n: int, v: int) -> Shape:
-    return {"rows": n, "vocab": v}
-
-
-def shape_of(logits: torch.Tensor, *rest) -> Shape:
-    return {"rows": logits.shape[0], "vocab": logits.shape[1]}
+    return float(n * v * element_size(dtype) + n * 8 + 4)  # logits, int64 targets, the fp32 scalar
 
 
 SPEC = KernelSpec(
     name="cross_entropy",
     description="mean cross-entropy loss over non-ignored rows, fp32 math (F.cross_entropy(logits.float(), t))",
-    shape_keys=("rows", "vocab"),
-    make_inputs=make_inputs,
-    reference=reference,
-    shape_of=shape_of,
-    flops=flops,
-    bytes=bytes_moved,
+    shape_keys=SHAPE_KEYS, shape_of=dims_shape_of(rows=(0, 0), vocab=(0, 1)),
+    make_inputs=make_inputs, reference=reference, flops=flops, bytes=bytes_moved,
     # LLaMA-7B's lm_head output at 2048 and 4096 tokens (vocab 32000).
     default_shapes=[_s(2048, 32000), _s(4096, 32000)],
     small_shapes=[_s(8, 300), _s(5, 5000), _s(16, 1024)],
     edge_shapes=[_s(1, 1), _s(1, 7), _s(3, 4097), _s(7, 33), _s(13, 1000)],
-    tolerances={"float32": (1e-4, 1e-4), "float16": (1e-4, 1e-4), "bfloat16": (1e-4, 1e-4)},
+    tolerances=dict(FP32_MATH_TOLERANCES),
     adversarial=("large", "tiny", "equal", "masked"),
     # Eager F.cross_entropy: the fp32 cast (an elementwise copy), log_softmax
     # (cunn_SoftMaxForward with the LogSoftMaxForwardEpilogue) and

@@ -45,7 +45,11 @@ import torch
 import torch.nn.functional as F
 
 from autokernel.kernels.matmul import LIBRARY_PATTERNS as GEMM_PATTERNS
-from autokernel.kernels.spec import KernelSpec, Shape, randn
+from autokernel.kernels.spec import KernelSpec, Shape, element_size, randn, shape_maker
+
+SHAPE_KEYS = ("batch", "heads", "kv_heads", "seq", "head_dim", "causal")
+_s = shape_maker(SHAPE_KEYS)
+
 
 # Kernel names SDPA launches: cuDNN ("cudnn_generated_fort_native_sdpa_sm90_..."), FlashAttention-2
 # ("pytorch_flash::flash_fwd_kernel", "flash_fwd_splitkv_kernel"), memory-efficient attention
@@ -123,12 +127,7 @@ def flops(shape: Shape, dtype: torch.dtype) -> float:
 
 def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
     b, h, hkv, s, d = shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"], shape["head_dim"]
-    elem = torch.empty((), dtype=dtype).element_size()
-    return float((2 * b * h * s * d + 2 * b * hkv * s * d) * elem)  # q and o; k and v
-
-
-def _s(b: int, h: int, hkv: int, s: int, d: int, causal: int) -> Shape:
-    return {"batch": b, "heads": h, "kv_heads": hkv, "seq": s, "head_dim": d, "causal": causal}
+    return float((2 * b * h * s * d + 2 * b * hkv * s * d) * element_size(dtype))  # q and o; k and v
 
 
 def shape_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, *rest) -> Shape:
@@ -139,12 +138,8 @@ def shape_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, *r
 SPEC = KernelSpec(
     name="flash_attention",
     description="SDPA forward: softmax(q k^T * scale, causal or not) v, GQA, fp32 softmax",
-    shape_keys=("batch", "heads", "kv_heads", "seq", "head_dim", "causal"),
-    make_inputs=make_inputs,
-    reference=reference,
-    shape_of=shape_of,
-    flops=flops,
-    bytes=bytes_moved,
+    shape_keys=SHAPE_KEYS, shape_of=shape_of,
+    make_inputs=make_inputs, reference=reference, flops=flops, bytes=bytes_moved,
     default_shapes=[
         _s(1, 32, 32, 2048, 128, 1),  # LLaMA-7B, batch 1 x 2048 tokens
         _s(4, 32, 32, 4096, 128, 1),  # PEERS.md yardstick (cuDNN SDPA ~537 TFLOP/s on the H200)
@@ -156,7 +151,6 @@ SPEC = KernelSpec(
     small_shapes=[_s(1, 2, 1, 32, 16, 1), _s(1, 2, 2, 48, 64, 0), _s(2, 4, 2, 40, 32, 1)],
     edge_shapes=[_s(1, 2, 1, 1, 64, 1), _s(1, 2, 2, 1, 16, 0), _s(1, 3, 1, 37, 64, 1),
                  _s(2, 2, 2, 67, 32, 0), _s(1, 1, 1, 130, 128, 1)],
-    tolerances={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     adversarial=("large", "equal"),
     scale_tolerances={"large": {"float32": (5e-4, 5e-4)}},
     compute_bound=True,

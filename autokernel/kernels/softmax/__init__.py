@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autokernel.kernels.spec import KernelSpec, Shape, randn
+from autokernel.kernels.spec import (Shape, gen_device, row_input,
+                                     rows_cols as _s, rowwise_spec, rowwise_bytes, rowwise_flops)
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -27,10 +28,8 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator | None = None,
                 scale: str = "normal") -> tuple[torch.Tensor]:
     rows, cols = shape["rows"], shape["cols"]
-    gdev = gen.device if gen is not None else device
-    x = randn((rows, cols), torch.float32, gdev, gen, "normal" if scale == "-inf" else scale)
-    if scale == "large" and dtype == torch.float16:
-        x = x / 10.0  # 1e3 in fp16, as every spec does
+    gdev = gen_device(gen, device)
+    x = row_input(shape, dtype, gdev, gen, "normal" if scale == "-inf" else scale)
     if scale == "-inf":
         drop = torch.rand(rows, cols, generator=gen, device=gdev) < 0.25
         drop[:, : cols // 2] = True
@@ -40,33 +39,12 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device, gen: torch.Generator |
     return (x.to(device=device, dtype=dtype),)
 
 
-def flops(shape: Shape, dtype: torch.dtype) -> float:
-    # Per element: max, subtract, exp, add, multiply by the reciprocal.
-    return 5.0 * shape["rows"] * shape["cols"]
-
-
-def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
-    elt = torch.empty((), dtype=dtype).element_size()
-    return float(2 * shape["rows"] * shape["cols"] * elt)
-
-
-def _s(rows: int, cols: int) -> Shape:
-    return {"rows": rows, "cols": cols}
-
-
-def shape_of(x: torch.Tensor, *rest) -> Shape:
-    return {"rows": x.shape[0], "cols": x.shape[1]}
-
-
-SPEC = KernelSpec(
+SPEC = rowwise_spec(
     name="softmax",
     description="softmax over the last dim, fp32 math, same dtype out",
-    shape_keys=("rows", "cols"),
-    make_inputs=make_inputs,
-    reference=reference,
-    shape_of=shape_of,
-    flops=flops,
-    bytes=bytes_moved,
+    make_inputs=make_inputs, reference=reference,
+    flops=rowwise_flops(5.0),  # per element: max, subtract, exp, add, multiply by the reciprocal
+    bytes=rowwise_bytes(2),  # x, y
     # LLaMA-7B: logits over the 32000 vocabulary for 4096 tokens, and attention scores
     # (32 heads x 2048 queries rows of 2048 keys).
     default_shapes=[_s(4096, 32000), _s(65536, 2048)],
@@ -77,5 +55,4 @@ SPEC = KernelSpec(
     adversarial=("large", "tiny", "equal", "-inf"),
     # PyTorch's softmax kernels (persistent warp softmax for short rows, block softmax else).
     library_kernel_patterns=("softmax_warp_forward", "cunn_SoftMaxForward", "cunn_SpatialSoftMaxForward"),
-    noncontiguous_args=(0,),
 )
