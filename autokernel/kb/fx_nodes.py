@@ -1,7 +1,7 @@
 """Questions about torch.fx nodes that the KernelBench rules ask: is it a float tensor, how many dims,
 a Python number or one known only at run time, which torch function a call is, whether a result's
-layout matters downstream. Shared by op_rules.py, pattern_rules.py, norm_rules.py and
-fallback_rules.py.
+layout matters downstream. Shared by the rules (op_rules.py, pattern_rules.py, fallback_rules.py
+and the kernel types' kb_rules.py).
 """
 
 from __future__ import annotations
