@@ -146,25 +146,15 @@ def flash_takes(q, k, v) -> bool:
 def rewrite_attention(gm) -> bool:
     import torch.nn.functional as F
 
-    changed = False
-    g = gm.graph
-    for node in list(g.nodes):
-        if node.graph is not g:
-            continue
+    from autokernel.kb.fx_nodes import rewrite_nodes
+
+    def build(g, node):
         a = find_attention(gm, node)
         if a is None:
-            continue
-        with g.inserting_before(node):
-            if a["mask"] is None:
-                out = g.call_function(F.scaled_dot_product_attention, (a["q"], a["k"], a["v"]), {"scale": a["scale"]})
-            else:
-                out = g.call_function(masked_attention, (a["q"], a["k"], a["v"], *a["mask"], a["scale"]))
-        node.replace_all_uses_with(out)
-        g.erase_node(node)
-        for f in a["folded"]:  # users first: the list runs from the output back
-            if not f.users:
-                g.erase_node(f)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
+            return None
+        if a["mask"] is None:
+            out = g.call_function(F.scaled_dot_product_attention, (a["q"], a["k"], a["v"]), {"scale": a["scale"]})
+        else:
+            out = g.call_function(masked_attention, (a["q"], a["k"], a["v"], *a["mask"], a["scale"]))
+        return out, a["folded"]  # users first: the list runs from the output back
+    return rewrite_nodes(gm, build)

@@ -92,7 +92,9 @@ def node_name(node) -> str | None:
 
 def rewrite_nodes(gm, build) -> bool:
     """Replace every node for which build(graph, node) returns a new node (built in place, before
-    it; build returns None, having added nothing, for a node it leaves). True when anything changed."""
+    it; build returns None, having added nothing, for a node it leaves), or (new node, folded): the
+    nodes before it its pattern took too, users first, each erased when nothing uses it any more.
+    True when anything changed."""
     changed = False
     g = gm.graph
     for node in list(g.nodes):
@@ -100,8 +102,12 @@ def rewrite_nodes(gm, build) -> bool:
             out = build(g, node)
         if out is None:
             continue
+        out, folded = out if isinstance(out, tuple) else (out, ())
         node.replace_all_uses_with(out)
         g.erase_node(node)
+        for f in folded:
+            if not f.users:
+                g.erase_node(f)
         changed = True
     if changed:
         gm.recompile()
