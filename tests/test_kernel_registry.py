@@ -215,7 +215,7 @@ def test_a_types_kb_part_is_found_by_the_kb_through_the_registry(kernel_type):
 
 def test_kb_rules_and_driver_name_no_kernel_type():
     """The KB compiler's rules and driver ask the registry for the types' rules and helpers."""
-    for name in ("op_rules.py", "rule_base.py", "starter_source.py"):
+    for name in ("op_rules.py", "rule_base.py", "starter_source.py", "trace.py", "norm_rewrites.py"):
         assert _type_literals(PKG / "kb" / name) == set(), name
     assert _type_literals(PKG / "kb" / "solutions.py") == {"reduce"}  # a fused group's key, not the type
 

@@ -128,19 +128,11 @@ def find_attention(gm, node) -> dict | None:
         folded.append(kt)
     if any(len(f.users) != 1 for f in folded if f is not kt):
         return None
+    from autokernel.kernels.flash_attention.kb_rules import flash_takes
+
     if mask is not None and not flash_takes(q, k, v):  # only the flash kernel's causal path is faster
         return None
     return {"q": q, "k": k, "v": v, "scale": scale, "mask": mask, "folded": folded}
-
-
-def flash_takes(q, k, v) -> bool:
-    """The flash starter computes attention of these (4-D, same length and head dim, within its budget)."""
-    from autokernel.kb.fx_nodes import node_shape
-    from autokernel.kb.starter_source import starter_constant
-
-    (qb, qh, qs, qd), (kb, kh, ks, kd), vs = node_shape(q), node_shape(k), node_shape(v)
-    return qb == kb and qs == ks and qd == kd and vs == (kb, kh, ks, kd) and qh % kh == 0 \
-        and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
 
 
 def rewrite_attention(gm) -> bool:

@@ -6,9 +6,16 @@ Next to the matmul starter it comes in as a second starter in the file."""
 from __future__ import annotations
 
 from autokernel.kb.attention_rewrites import masked_attention
-from autokernel.kb.fx_nodes import fn_name, is_float_tensor, is_number, node_ndim
+from autokernel.kb.fx_nodes import fn_name, is_float_tensor, is_number, node_ndim, node_shape
 from autokernel.kb.rule_base import LibraryRule
 from autokernel.kb.starter_source import starter_constant
+
+
+def flash_takes(q, k, v) -> bool:
+    """The flash starter computes attention of these (4-D, same length and head dim, within its budget)."""
+    (qb, qh, qs, qd), (kb, kh, ks, kd), vs = node_shape(q), node_shape(k), node_shape(v)
+    return qb == kb and qs == ks and qd == kd and vs == (kb, kh, ks, kd) and qh % kh == 0 \
+        and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
 
 
 def sdpa_call(node) -> dict | None:
@@ -34,8 +41,8 @@ def sdpa_call(node) -> dict | None:
     if len(dtypes) != 1 or qb != kb or (kb, kh, ks) != (vb, vh, vs) or qd != kd or qh % kh \
             or (qh != kh and not a.get("enable_gqa")):
         return None
-    flash = qs == ks and vd == qd and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
-    return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"), "flash": flash}
+    return {"q": q, "k": k, "v": v, "causal": a.get("is_causal", False), "scale": a.get("scale"),
+            "flash": flash_takes(q, k, v)}
 
 
 class FlashAttentionRule(LibraryRule):
