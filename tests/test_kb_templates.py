@@ -1,6 +1,7 @@
-"""The KB compiler's templates (autokernel/kb/templates/*.py) as modules, like the starters: each
-imported and its kernels run (interpreter on CPU) on small fp32 inputs against torch; the named
-elementwise table read from the elementwise template; what the emitter takes of a template's source.
+"""The KB compiler's templates (autokernel/kb/templates/*.py, and the kernel types' helper templates
+kernels/<type>/kb_helper.py) as modules, like the starters: each imported and its kernels run
+(interpreter on CPU) on small fp32 inputs against torch; the named elementwise table read from the
+elementwise template; what the emitter takes of a template's source.
 """
 
 from __future__ import annotations
@@ -18,20 +19,27 @@ def tmpl(name):
     return importlib.import_module(f"autokernel.kb.templates.{name}")
 
 
+def helper(kernel_type, module="kb_helper"):
+    return importlib.import_module(f"autokernel.kernels.{kernel_type}.{module}")
+
+
 def close(a, b, **kw):
     torch.testing.assert_close(a, b, rtol=kw.get("rtol", 1e-4), atol=kw.get("atol", 1e-5))
 
 
 def test_every_template_splits_into_a_self_contained_body():
     import autokernel.kb.templates as pkg
+    from autokernel.kb.op_rules import library_rules
+    from autokernel.kb.starter_source import helper_template
     from autokernel.kb.templates import template
 
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
     assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "graph", "launch",
-            "lib_matmul", "lib_softmax", "masked_sdpa", "second_flash", "torch_only"} <= set(names)
-    for name in names:
-        t = template(name)
-        tmpl(name)  # importable
+            "torch_only"} <= set(names)
+    helpers = [(t, "kb_helper") for t in library_rules()] + [("flash_attention", "kb_masked")]
+    assert {"matmul", "softmax", "flash_attention"} <= {t for t, _ in helpers}
+    for name, t in [(n, template(n)) for n in names] + [(f"{k}.{m}", helper_template(k, m)) for k, m in helpers]:
+        tmpl(name) if name in names else helper(*name.split("."))  # importable
         assert "\nimport " not in t.body and "\nfrom autokernel" not in t.body.replace("    from autokernel", "")
         assert "SEARCH_SPACE" not in t.body and "def kernel_fn" not in t.body
         if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "elementwise"):
@@ -152,8 +160,8 @@ def test_graph_launch_and_torch_only_templates():
 
 
 def test_library_helper_templates_match_torch():
-    mm, sm, ln, rms = tmpl("lib_matmul"), tmpl("lib_softmax"), tmpl("lib_layernorm"), tmpl("lib_rmsnorm")
-    red, ce, fa = tmpl("lib_reduce"), tmpl("lib_cross_entropy"), tmpl("lib_flash_attention")
+    mm, sm, ln, rms = helper("matmul"), helper("softmax"), helper("layernorm"), helper("rmsnorm")
+    red, ce, fa = helper("reduce"), helper("cross_entropy"), helper("flash_attention")
     a, b, w, bias = torch.randn(2, 3, 16, 32), torch.randn(32, 24), torch.randn(24, 32), torch.randn(24)
     close(mm._kb_mm(a, b), a @ b, atol=1e-4)
     assert mm._kb_mm(a[0], torch.randn(3, 32, 8)).shape == (3, 16, 8)
@@ -175,7 +183,7 @@ def test_library_helper_templates_match_torch():
 
 
 def test_attention_templates_match_torch():
-    masked = tmpl("masked_sdpa")
+    masked = helper("flash_attention", "kb_masked")
     q, k, v = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
     tril = torch.tril(torch.ones(8, 8)).view(1, 1, 8, 8)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -185,4 +193,12 @@ def test_attention_templates_match_torch():
     att = (q @ k.transpose(-2, -1)) * 0.25
     close(masked._kb_masked_sdpa(q, k, v, other, 1.0, 0.25),
           torch.softmax(att.masked_fill(other == 1.0, float("-inf")), -1) @ v, atol=1e-4)
-    close(tmpl("second_flash")._kb_sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-4)
+    # the flash helper next to the matmul starter: the starter's names it calls prefixed _fa_
+    from autokernel.kb.starter_source import helper_template
+    from autokernel.kernels.flash_attention.triton_starter import kernel_fn
+
+    second = helper_template("flash_attention", prefix="_fa_").body
+    assert "_fa_kernel_fn(q, k, v, causal, scale)" in second and "_fa__kb_sdpa" not in second
+    scope = {"_fa_kernel_fn": kernel_fn}
+    exec(second, scope)
+    close(scope["_kb_sdpa"](q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-4)

@@ -5,6 +5,8 @@ package is profiled and plugged into a model without touching any other file."""
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 import textwrap
 from pathlib import Path
 
@@ -157,6 +159,8 @@ def entr_fake(tmp_path, monkeypatch):
     yield tmp_path
     registry.unregister("entr_fake")
     assert "entr_fake" not in kernel_types()
+    for name in [m for m in sys.modules if m.split(".")[0] == "fake_types"]:  # the next test's are new files
+        del sys.modules[name]
 
 
 def test_a_type_registered_from_its_own_package_is_profiled_and_plugged(entr_fake):
@@ -185,3 +189,127 @@ def test_a_type_registered_from_its_own_package_is_profiled_and_plugged(entr_fak
             assert rep.sites == {"entr_fake": 1} and rep.calls == {"entr_fake": 1}
         assert not bundle.model.act.__dict__.get("forward")  # restored
     assert seen == [(6, 40)] and torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_a_types_kb_part_is_found_by_the_kb_through_the_registry(kernel_type):
+    """A type's KB compiler part (kb_rules.RULE and its kb_helper.py template), where it has one,
+    is what the kb's rules and solution files use; no kb module names the types it knows."""
+    from autokernel.kb.op_rules import library_rules
+    from autokernel.kb.rule_base import LibraryRule
+    from autokernel.kb.starter_source import helper_template
+
+    folder = registry.folder(kernel_type)
+    rule = registry.kb_rule(kernel_type)
+    assert (rule is not None) == (folder / "kb_rules.py").is_file() == (folder / "kb_helper.py").is_file()
+    if rule is None:
+        assert kernel_type not in library_rules()
+        return
+    assert isinstance(rule, LibraryRule) and rule.kernel_type == kernel_type and library_rules()[kernel_type] is rule
+    body = helper_template(kernel_type).body
+    assert "\ndef _kb_" in body and "import " not in body
+    kinds = type(rule)  # it finds its op by name or by pattern, and writes a call of its helpers
+    assert rule.calls or kinds.finds is not LibraryRule.finds
+    assert any(getattr(kinds, m) is not getattr(LibraryRule, m) for m in ("pattern_call", "module_call", "function_call"))
+
+
+def test_kb_rules_and_driver_name_no_kernel_type():
+    """The KB compiler's rules and driver ask the registry for the types' rules and helpers."""
+    for name in ("op_rules.py", "rule_base.py", "starter_source.py", "trace.py", "norm_rewrites.py"):
+        assert _type_literals(PKG / "kb" / name) == set(), name
+    assert _type_literals(PKG / "kb" / "solutions.py") == {"reduce"}  # a fused group's key, not the type
+
+
+FAKE_STARTER = '''
+"""torch.special.entr of a tensor, elementwise: the fake type's starter."""
+
+import torch
+import triton
+import triton.language as tl
+
+from autokernel.kernels.launcher import cdiv, launch, next_power_of_2  # a starter brings the launch path
+
+KERNEL_TYPE = "entr_fake"
+BACKEND = "triton"
+
+BLOCK = 256
+
+
+@triton.jit
+def entr_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+    tl.store(y_ptr + offs, -x * tl.log(x), mask=offs < n)
+
+
+def kernel_fn(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    launch(entr_kernel, (cdiv(x.numel(), BLOCK),), x, y, x.numel(), BLOCK=BLOCK)
+    return y
+
+
+SEARCH_SPACE = {"BLOCK": [128, 256]}
+'''
+
+FAKE_KB_RULES = '''
+import torch
+
+from autokernel.kb.rule_base import LibraryRule
+
+
+class EntrRule(LibraryRule):
+    def finds(self, gm, node):
+        return self.kernel_type if node.op == "call_function" and node.target is torch.special.entr else None
+
+    def pattern_call(self, rules, node):
+        return f"_kb_entr({rules.fmt(node.args[0])})" if self.finds(rules.gm, node) else None
+
+
+RULE = EntrRule("entr_fake")
+'''
+
+FAKE_KB_HELPER = '''
+from fake_types.entr_fake.triton_starter import kernel_fn
+
+
+def _kb_entr(x):
+    return kernel_fn(x)
+'''
+
+ENTR_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.special.entr(torch.sigmoid(x))
+
+
+def get_inputs():
+    return [torch.randn(3, 50)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_registered_types_kb_part_gives_a_kernelbench_problem_its_starter(entr_fake):
+    """The KB compiler finds a type registered at run time through the registry: its rule takes the
+    problem's main op, the solution file carries its starter and helper, and ModelNew computes Model."""
+    from autokernel.kb.problems import Problem, load_source
+    from autokernel.kb.solutions import KIND_LIBRARY, initial_solution
+
+    pkg = entr_fake / "fake_types" / "entr_fake"
+    for name, text in (("triton_starter.py", FAKE_STARTER), ("kb_rules.py", FAKE_KB_RULES),
+                       ("kb_helper.py", FAKE_KB_HELPER)):
+        (pkg / name).write_text(textwrap.dedent(text).lstrip())
+    importlib.invalidate_caches()
+    sol = initial_solution(Problem("checkout", 1, 1, "entr_fake_test", ENTR_PROBLEM))
+    assert (sol.kind, sol.library) == (KIND_LIBRARY, "entr_fake"), sol.describe()
+    assert "def _kb_entr(x):" in sol.source and "def entr_kernel(" in sol.source and "import fake_types" not in sol.source
+    mod = load_source(sol.source, "kb_entr_fake_test")
+    x = mod.get_inputs()[0]
+    torch.testing.assert_close(mod.ModelNew()(x), mod.Model()(x))

@@ -128,43 +128,25 @@ def find_attention(gm, node) -> dict | None:
         folded.append(kt)
     if any(len(f.users) != 1 for f in folded if f is not kt):
         return None
+    from autokernel.kernels.flash_attention.kb_rules import flash_takes
+
     if mask is not None and not flash_takes(q, k, v):  # only the flash kernel's causal path is faster
         return None
     return {"q": q, "k": k, "v": v, "scale": scale, "mask": mask, "folded": folded}
 
 
-def flash_takes(q, k, v) -> bool:
-    """The flash starter computes attention of these (4-D, same length and head dim, within its budget)."""
-    from autokernel.kb.fx_nodes import node_shape
-    from autokernel.kb.starter_source import starter_constant
-
-    (qb, qh, qs, qd), (kb, kh, ks, kd), vs = node_shape(q), node_shape(k), node_shape(v)
-    return qb == kb and qs == ks and qd == kd and vs == (kb, kh, ks, kd) and qh % kh == 0 \
-        and qd <= starter_constant("flash_attention", "MAX_HEAD_DIM")
-
-
 def rewrite_attention(gm) -> bool:
     import torch.nn.functional as F
 
-    changed = False
-    g = gm.graph
-    for node in list(g.nodes):
-        if node.graph is not g:
-            continue
+    from autokernel.kb.fx_nodes import rewrite_nodes
+
+    def build(g, node):
         a = find_attention(gm, node)
         if a is None:
-            continue
-        with g.inserting_before(node):
-            if a["mask"] is None:
-                out = g.call_function(F.scaled_dot_product_attention, (a["q"], a["k"], a["v"]), {"scale": a["scale"]})
-            else:
-                out = g.call_function(masked_attention, (a["q"], a["k"], a["v"], *a["mask"], a["scale"]))
-        node.replace_all_uses_with(out)
-        g.erase_node(node)
-        for f in a["folded"]:  # users first: the list runs from the output back
-            if not f.users:
-                g.erase_node(f)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
+            return None
+        if a["mask"] is None:
+            out = g.call_function(F.scaled_dot_product_attention, (a["q"], a["k"], a["v"]), {"scale": a["scale"]})
+        else:
+            out = g.call_function(masked_attention, (a["q"], a["k"], a["v"], *a["mask"], a["scale"]))
+        return out, a["folded"]  # users first: the list runs from the output back
+    return rewrite_nodes(gm, build)

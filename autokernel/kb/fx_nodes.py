@@ -1,7 +1,7 @@
 """Questions about torch.fx nodes that the KernelBench rules ask: is it a float tensor, how many dims,
 a Python number or one known only at run time, which torch function a call is, whether a result's
-layout matters downstream. Shared by op_rules.py, pattern_rules.py, norm_rules.py and
-fallback_rules.py.
+layout matters downstream. Shared by the rules (op_rules.py, pattern_rules.py, fallback_rules.py
+and the kernel types' kb_rules.py).
 """
 
 from __future__ import annotations
@@ -92,7 +92,9 @@ def node_name(node) -> str | None:
 
 def rewrite_nodes(gm, build) -> bool:
     """Replace every node for which build(graph, node) returns a new node (built in place, before
-    it; build returns None, having added nothing, for a node it leaves). True when anything changed."""
+    it; build returns None, having added nothing, for a node it leaves), or (new node, folded): the
+    nodes before it its pattern took too, users first, each erased when nothing uses it any more.
+    True when anything changed."""
     changed = False
     g = gm.graph
     for node in list(g.nodes):
@@ -100,8 +102,12 @@ def rewrite_nodes(gm, build) -> bool:
             out = build(g, node)
         if out is None:
             continue
+        out, folded = out if isinstance(out, tuple) else (out, ())
         node.replace_all_uses_with(out)
         g.erase_node(node)
+        for f in folded:
+            if not f.users:
+                g.erase_node(f)
         changed = True
     if changed:
         gm.recompile()

@@ -80,9 +80,9 @@ def _kind(mod, x) -> tuple[str, int] | None:
     return None
 
 
-def rewrite_norms(gm, keep_layernorm: bool = False) -> bool:
-    """Rewrite the graph's normalisation modules (LayerNorm too unless `keep_layernorm`: the
-    layernorm starter takes them). True when anything changed."""
+def rewrite_norms(gm, keep=lambda node: False) -> bool:
+    """Rewrite the graph's normalisation modules but those `keep` says a starter takes (a LayerNorm,
+    where the layernorm starter gets the main op). True when anything changed."""
     from autokernel.kb.fx_nodes import rewrite_nodes
 
     def build(g, node):
@@ -90,7 +90,7 @@ def rewrite_norms(gm, keep_layernorm: bool = False) -> bool:
             return None
         mod = gm.get_submodule(node.target)
         found = _kind(mod, node.args[0])
-        if found is None or (found[0] == "layer" and keep_layernorm):
+        if found is None or keep(node):
             return None
         kind, dims = found
         x = node.args[0]

@@ -1,7 +1,7 @@
 """The rules for the generated kernel families' ops and for patterns of several nodes: `_kb_scan`
 (a scan with the flips and mask it folds in), `_kb_dimred`, `_kb_conv` / `_kb_pool` (their
-arguments read by fallback_rules.py) and the RMS normalisation written op by op (norm_rules.py)
-that the rmsnorm starter takes. OpRules inherits them.
+arguments read by fallback_rules.py), and fold_plan, which finds patterns of several nodes once
+per graph (a type's rule uses it too: kernels/rmsnorm/kb_rules.py). OpRules inherits them.
 """
 
 from __future__ import annotations
@@ -160,15 +160,3 @@ class PatternRules(Rules):
             hyper = "".join(f", {k}={self.fmt(v)}" for k, v in a.items() if k not in ("x", "nd", "kind"))
             return f"_kb_pool({self.fmt(a['x'])}, {a['nd']}, {a['kind']!r}{hyper})"
         return None
-
-    def rms_call(self, node) -> str | None:
-        """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
-        from autokernel.kb.norm_rules import rms_of
-
-        plan = self.fold_plan("rms", rms_of)
-        if node not in plan:
-            return None
-        r = plan[node]
-        if r is None:
-            return ""
-        return f"_kb_rms_norm({self.fmt(r['x'])}, {r['dim']}, {r['eps']!r}{'' if r['mean'] else ', mean=False'})"

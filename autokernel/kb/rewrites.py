@@ -153,7 +153,7 @@ def decompose_losses(gm) -> None:
 def decompose_norms(gm) -> None:
     """torch.norm / Tensor.norm, the 2-norm of a vector or the Frobenius norm -> sqrt(sum(x * x,
     dim, keepdim)): the same values; the sum is the reduce starter's (the square fused into it
-    over all of x), and x / norm over one dim becomes the L2 normalisation of norm_rules.py.
+    over all of x), and x / norm over one dim becomes the L2 normalisation of kernels/rmsnorm/kb_rules.py.
     Other orders, dtype= and out= stay torch's."""
     import torch
 

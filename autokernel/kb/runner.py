@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from autokernel.errors import AutoKernelError, ConfigError, LLMError
 from autokernel.kb.problems import Problem, checkout_root, load_problems, resolve_size, resolve_source, source_label
+from autokernel.kb.score import problem_meta
 from autokernel.loop import LoopEvent, cleanup_stale, reopen_run, run_guarded, stamped
 from autokernel.loop_experiments import Loop, row_view
 from autokernel.proposers import LLMSettings, make_proposer
@@ -107,14 +108,6 @@ class _KBLoop(Loop):
 
     def experiment_limit(self) -> Optional[int]:
         return self.per_problem
-
-
-def problem_meta(kernel) -> dict[str, Any]:
-    try:
-        data = json.loads(kernel.shapes_json or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return data.get("kb", {}) if isinstance(data, dict) else {}
 
 
 def ensure_problem_kernel(store, workspace, problem: Problem, emit: Callable[[LoopEvent], None]):

@@ -25,7 +25,8 @@ from autokernel.errors import KernelBenchError, NotFoundError
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
 
-def _meta(kernel) -> dict:
+def problem_meta(kernel) -> dict[str, Any]:
+    """What the kb runner recorded about a problem's kernel (its shapes_json "kb" entry)."""
     try:
         data = json.loads(kernel.shapes_json or "{}")
     except json.JSONDecodeError:
@@ -47,7 +48,7 @@ def best_row(rows: list) -> Optional[Any]:
 
 def problem_status(store, kernel) -> dict[str, Any]:
     rows = [e for e in store.list_experiments(kernel_id=kernel.id) if e.status not in ("running", "abandoned")]
-    meta = _meta(kernel)
+    meta = problem_meta(kernel)
     best = best_row(rows)
     correct = any(e.correctness == "PASS" for e in rows)
     last_fail = next((e for e in reversed(rows) if e.correctness != "PASS"), None)

@@ -8,8 +8,7 @@ import ast
 import functools
 import re
 
-from autokernel.kb.templates import split_source
-
+from autokernel.kb.templates import Template, split_source
 
 
 def starter_pieces(kernel_type: str) -> tuple[str, dict]:
@@ -53,9 +52,6 @@ def prefixed_starter(kernel_type: str, prefix: str) -> tuple[str, dict]:
     """A second starter in the same file (flash attention next to the matmul starter): every
     module-level name it defines renamed with `prefix`, so its constants, kernels and kernel_fn
     do not collide with the first's; its tunables under the new names."""
-    import io
-    import tokenize
-
     src, space = starter_pieces(kernel_type)
     tree = ast.parse(src)
     names = set()
@@ -64,7 +60,40 @@ def prefixed_starter(kernel_type: str, prefix: str) -> tuple[str, dict]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    names -= _SHARED
+    return renamed(src, names - _SHARED, prefix), {prefix + k: v for k, v in space.items()}
+
+
+def helper_template(kernel_type: str, module: str = "kb_helper", prefix: str = "") -> Template:
+    """A helper template of the type's folder, split for a solution file; with `prefix` (its
+    starter is a second one in the file), the starter's names it imports renamed as
+    prefixed_starter renames them."""
+    from autokernel.kernels import registry
+
+    src = registry.kb_helper_path(kernel_type, module).read_text()
+    t = split_source(src)
+    if not prefix:
+        return t
+    starter = f"{registry.package(kernel_type).__name__}.triton_starter"
+    names = {a.name for node in ast.parse(src).body if isinstance(node, ast.ImportFrom) and node.module == starter
+             for a in node.names}
+    return Template(renamed(t.body, names - _SHARED, prefix), t.space, t.entry)
+
+
+def helper_needs(kernel_type: str, module: str = "kb_helper") -> set[str]:
+    """The kb templates a helper of the type's folder calls (it imports from them), which the
+    solution file must hold too (the matmul helper adds a bias with the elementwise kernel)."""
+    from autokernel.kernels import registry
+
+    tree = ast.parse(registry.kb_helper_path(kernel_type, module).read_text())
+    return {n.module.rsplit(".", 1)[1] for n in tree.body
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(f"{__package__}.templates.")}
+
+
+def renamed(src: str, names: set, prefix: str) -> str:
+    """src with every name token in `names` (not an attribute after a dot) prefixed."""
+    import io
+    import tokenize
+
     out, prev = [], None
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
         if tok.type == tokenize.NAME and tok.string in names and not (prev is not None and prev.string == "."):
@@ -72,7 +101,7 @@ def prefixed_starter(kernel_type: str, prefix: str) -> tuple[str, dict]:
         out.append(tok)
         if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
             prev = tok
-    return tokenize.untokenize(out), {prefix + k: v for k, v in space.items()}
+    return tokenize.untokenize(out)
 
 
 @functools.lru_cache(maxsize=None)

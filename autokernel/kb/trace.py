@@ -199,7 +199,7 @@ def trace_problem(problem):
 
     from autokernel.kb.attention_rewrites import rewrite_attention
     from autokernel.kb.norm_rewrites import rewrite_norms
-    from autokernel.kb.op_rules import main_op
+    from autokernel.kb.op_rules import library_rules, main_op
     from autokernel.kb.rewrites import rewrite
     from autokernel.kb.kernel_rewrites import rewrite_rnns
     from autokernel.kb.kernel_rewrites import rewrite_triangular
@@ -241,8 +241,9 @@ def trace_problem(problem):
         if rewrite_attention(gm) | rewrite_triangular(gm):  # by shapes: known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
-        # a LayerNorm the layernorm starter would take as the main op stays for it
-        if rewrite_norms(gm, keep_layernorm=main_op(gm) == "layernorm"):
+        # one the main op's starter takes (a LayerNorm, the layernorm starter's) stays for it
+        main, rules = main_op(gm), library_rules()
+        if rewrite_norms(gm, keep=lambda n: main is not None and rules[main].finds(gm, n) == main):
             ShapeProp(gm).propagate(*inputs)
     return gm
 

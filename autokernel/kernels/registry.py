@@ -7,7 +7,11 @@ A type is a package (autokernel/kernels/<type>/ for the built-in ones) holding:
 - cuda_starter.py: the CUDA C++ starting kernel, where the type has one,
 - hooks.py: HOOKS, an autokernel.kernels.hooks.Hooks: how profile recognises the op in a model and
   reads its shapes, and how plug (and autokernel.apply) route it to a kernel,
-- notes.md: what the LLM proposer is told about the type (optional).
+- notes.md: what the LLM proposer is told about the type (optional),
+- kb_rules.py and kb_helper.py, where the KB compiler can give a problem's main op the type's
+  starter (optional): RULE, an autokernel.kb.rule_base.LibraryRule (the traced calls that are the
+  op and the helper call each becomes), and the helpers' template (kb_helper._kb_* functions that
+  adapt those calls to the starter's entry, copied into the solution file with the starter).
 The search space is the starter's own SEARCH_SPACE; the custom op's schema is the reference's
 signature (autokernel.ops). Adding a type is its folder plus one line in BUILTIN.
 """
@@ -15,11 +19,13 @@ signature (autokernel.ops). Adding a type is its folder plus one line in BUILTIN
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from autokernel.kb.rule_base import LibraryRule
     from autokernel.kernels.hooks import Hooks
     from autokernel.kernels.spec import KernelSpec
 
@@ -81,6 +87,17 @@ def spec(kernel_type: str) -> "KernelSpec":
 
 def hooks(kernel_type: str) -> "Hooks":
     return importlib.import_module(f"{_known(kernel_type)}.hooks").HOOKS
+
+
+def kb_rule(kernel_type: str) -> "LibraryRule | None":
+    """The type's KB compiler rule (kb_rules.RULE), or None for a type without one."""
+    name = f"{_known(kernel_type)}.kb_rules"
+    return importlib.import_module(name).RULE if importlib.util.find_spec(name) else None
+
+
+def kb_helper_path(kernel_type: str, module: str = "kb_helper") -> Path:
+    """A helper template of the type's folder (kb_helper.py, or another the type's rule asks for)."""
+    return folder(kernel_type) / f"{module}.py"
 
 
 def starter_path(kernel_type: str, backend: str = "triton") -> Path:

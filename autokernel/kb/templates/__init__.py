@@ -49,7 +49,10 @@ def split_source(src: str, drop_imports: bool = True, drop_names: tuple = ()) ->
     return Template("\n" + keep.strip("\n") + "\n", space, entry)
 
 
+PUBLIC_ALIASES = ("kb_ew",)  # public names of _kb_ functions, for importers outside kb; no file needs them
+
+
 @functools.cache
 def template(name: str) -> Template:
     """The template module `name` of this package, split for a solution file."""
-    return split_source((resources.files(__package__) / f"{name}.py").read_text())
+    return split_source((resources.files(__package__) / f"{name}.py").read_text(), drop_names=PUBLIC_ALIASES)

@@ -2,7 +2,8 @@
 
 import torch
 
-from autokernel.kb.templates.elementwise import EW, _kb_ew
+from autokernel.kb.templates.elementwise import EW
+from autokernel.kb.templates.elementwise import kb_ew as _kb_ew
 from autokernel.kernels.matmul.triton_starter import bmm, kernel_fn
 
 

@@ -1,9 +1,9 @@
-"""An attention masked by a registered buffer (minGPT's tril buffer, attention_rewrites.py): the
+"""An attention masked by a registered buffer (minGPT's tril buffer, kb/attention_rewrites.py): the
 flash kernel's causal attention when the mask is the causal one, the reference's ops otherwise."""
 
 import torch
 
-from autokernel.kb.templates.lib_flash_attention import _kb_sdpa
+from autokernel.kernels.flash_attention.kb_helper import _kb_sdpa
 
 _KB_CAUSAL = {}
 

@@ -1,4 +1,5 @@
-"""RMS normalisation written out op by op in a problem's forward (KernelBench L1 36:
+"""How the KB compiler maps a traced problem to the rmsnorm starter (kb_helper.py): the RMS
+normalisation written out op by op in a problem's forward (KernelBench L1 36:
 x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)), and the L2 one (x over the square
 root of the sum of squares: L1 39's x / torch.norm(x, dim=1, keepdim=True) after rewrites.py),
 found as one pattern so the rmsnorm starter computes it with one read and one write of x. Op by
@@ -9,6 +10,7 @@ x's size.
 from __future__ import annotations
 
 from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, is_number, node_name, node_ndim
+from autokernel.kb.rule_base import LibraryRule
 
 
 def _call(node):
@@ -95,3 +97,21 @@ def rms_of(node) -> dict | None:
     if ms is None or ms[0] is not x or not is_float_tensor(x) or not _only_use(mean, folded[0]):
         return None
     return {"x": x, "dim": ms[1] % node_ndim(x), "eps": eps, "mean": ms[2], "folded": [mean.args[0], mean] + folded}
+
+
+class RmsNormRule(LibraryRule):
+    def finds(self, gm, node) -> str | None:
+        return self.kernel_type if rms_of(node) else None
+
+    def pattern_call(self, rules, node) -> str | None:
+        """_kb_rms_norm for the node finishing an RMS normalisation, '' for one folded into it."""
+        plan = rules.fold_plan("rms", rms_of)
+        if node not in plan:
+            return None
+        r = plan[node]
+        if r is None:
+            return ""
+        return f"_kb_rms_norm({rules.fmt(r['x'])}, {r['dim']}, {r['eps']!r}{'' if r['mean'] else ', mean=False'})"
+
+
+RULE = RmsNormRule("rmsnorm")
