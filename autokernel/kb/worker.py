@@ -321,16 +321,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         else:
             res.error = tail(f"{stage}: " + "".join(traceback.format_exception(root)), bj.ERROR_CHARS)
     finally:
-        bj.disarm()
-        if recording is not None:
-            recording.__exit__(None, None, None)
-        signal.signal(signal.SIGALRM, old)
-        if cuda:
-            try:
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-            except Exception:
-                restart = True
+        restart = bj.end_judgement(old, cuda, recording, empty_cache=True) or restart
     return {"result": res.to_dict(), "restart": restart}
 
 
