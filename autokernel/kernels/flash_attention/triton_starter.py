@@ -15,6 +15,21 @@ transposed views of [B,S,H,D]. Head dims that are not a power of two (or below 1
 minimum) are padded to BLOCK_D with masked loads. 16-bit inputs use the main tunables; fp32
 inputs use their own (true fp32 products: TF32 would miss the fp32 tolerance, and 4-byte tiles
 need half the shared memory per stage).
+
+VARIANT "tma" (16-bit inputs only; fp32 always runs the pointer kernel with its exact products) is
+the Hopper form of the same algorithm: Q, K, V and O tiles move through tensor descriptors
+(tl.make_tensor_descriptor, made in the kernel per (batch, head): TMA on sm_90, rows past the
+sequence end and head-dim columns past D read as zeros and are clipped on the store, so no load
+masks and non-power-of-two head dims pad for free). WARP_SPEC runs the long unmasked key loop as
+tl.range(..., warp_specialize=True), asking Triton for producer warps that issue the TMA loads
+while consumer warpgroups do the wgmma and the softmax (the overlap FlashAttention-3 builds by
+hand); the short masked loops (causal band, ragged tail) stay plain. Compiled for sm_90 with
+Triton 3.6, the request changes nothing at 8 warps (no partitions, the same code) and crashes its
+Hopper warp-specialization pass at 4 warps on the causal kernel, so valid_config allows it at 8
+warps only: the tunable is there for Tritons whose Hopper pass handles this loop. The causal split
+is the pointer kernel's: blocks left of the diagonal unmasked, the band masked.
+Operands TMA cannot describe (an inner stride other than 1, a base or outer stride not 16-byte
+aligned, a head dim past TMA's 256-element box) run the pointer kernel.
 """
 
 import math
@@ -40,6 +55,8 @@ BLOCK_M = 128
 BLOCK_N = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
+VARIANT = "pointer"
+WARP_SPEC = False  # the "tma" variant's key loops warp-specialized (producer / consumer warps)
 
 # fp32: "ieee" products on the FMA path, or 3xTF32 (about as exact, on tensor cores).
 FP32_BLOCK_M = 64
@@ -58,7 +75,12 @@ SEARCH_SPACE = {
     "FP32_NUM_WARPS": [4, 8],
     "FP32_NUM_STAGES": [1, 2, 3],
     "FP32_PRECISION": ["ieee", "tf32x3"],
+    "VARIANT": ["pointer", "tma"],
+    "WARP_SPEC": [False, True],
 }
+
+# the tunables that switch code paths rather than sizes (the search names them in its descriptions)
+STRUCTURAL = ["VARIANT", "WARP_SPEC", "FP32_PRECISION"]
 
 DETERMINISTIC = True  # each output row is reduced by one program in a fixed key order
 
@@ -72,11 +94,30 @@ def valid_config(cfg):
         return False
     # q tile + pipelined k and v tiles at the largest head dim must fit in shared memory.
     half = (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"] * max(cfg["NUM_STAGES"], 1)) * MAX_HEAD_DIM * 2
+    if cfg.get("VARIANT") == "tma":
+        # TMA adds its mbarriers; the O tile staged for the TMA store reuses the K/V buffers (sm_90,
+        # Triton 3.6: 230400 bytes at 128x128, 3 stages, D 128, against 229376 for the tiles)
+        half += 1024
+        # Triton 3.6's Hopper warp specialization: a no-op at 8 warps, a compiler crash (causal) at 4
+        if cfg.get("WARP_SPEC") and cfg["NUM_WARPS"] < 8:
+            return False
     single = (cfg["FP32_BLOCK_M"] + 2 * cfg["FP32_BLOCK_N"] * max(cfg["FP32_NUM_STAGES"], 1)) * MAX_HEAD_DIM * 4
     # fp32 accumulator (BLOCK_M x D) plus scores (BLOCK_M x BLOCK_N) per thread. ptxas (Triton 3.6,
     # sm_90, D=128): 96 of these -> 184 registers; 128 -> 255 without spills; 192 -> spills.
     regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * cfg["NUM_WARPS"])
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and regs <= 128
+
+
+def effective_config(cfg, dtype):
+    # fp32 inputs run the pointer kernel with the FP32_* tiles; 16-bit inputs the others, and
+    # WARP_SPEC matters only to the "tma" variant: the search spends no trials on unread tunables
+    if dtype == "float32":
+        unused = ["BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES", "VARIANT", "WARP_SPEC"]
+    else:
+        unused = [k for k in cfg if k.startswith("FP32_")]
+        if cfg.get("VARIANT") != "tma":
+            unused.append("WARP_SPEC")
+    return {k: v for k, v in cfg.items() if k not in unused}
 
 
 @triton.jit
@@ -186,11 +227,106 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m[:, None] < seq) & (offs_d[None, :] < HEAD_DIM))
 
 
+@triton.jit
+def _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, seq, qk_scale,
+                     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr,
+                     WARP_SPEC: tl.constexpr):
+    """_attn_blocks with K and V tiles from tensor descriptors: keys past the sequence end arrive
+    as zeros, so BOUNDS_MASK still masks their scores (a zero score is not a missing key)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        if BOUNDS_MASK:
+            offs_n = start_n + offs_n0
+            keep = offs_n[None, :] < seq
+            if CAUSAL_MASK:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_new[:, None])
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = v_desc.load([start_n, 0])
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
+                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                  stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """_attn_fwd through TMA: one [seq, HEAD_DIM] descriptor per operand for this program's
+    (batch, head) (kv head for K and V), so the zero fill and the store clipping stop exactly at
+    this head's sequence end and head dim, whatever the batch and head strides."""
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    off_b = (bh // heads).to(tl.int64)
+    off_h = (bh % heads).to(tl.int64)
+    off_kv = off_h // group
+    q_desc = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[seq, HEAD_DIM],
+                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+    k_desc = tl.make_tensor_descriptor(K + off_b * stride_kb + off_kv * stride_kh, shape=[seq, HEAD_DIM],
+                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    v_desc = tl.make_tensor_descriptor(V + off_b * stride_vb + off_kv * stride_vh, shape=[seq, HEAD_DIM],
+                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    o_desc = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[seq, HEAD_DIM],
+                                       strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q = q_desc.load([m0, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if CAUSAL:
+        # stage 1: keys [0, m0), left of the diagonal, visible to every row: no mask
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, m0, seq, qk_scale,
+                                         BLOCK_N, False, False, WARP_SPEC)
+        # stage 2: the diagonal band, causal mask and sequence end
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, m0,
+                                         tl.minimum(m0 + BLOCK_M, seq), seq, qk_scale,
+                                         BLOCK_N, True, True, False)
+    else:
+        n_full = (seq // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, n_full, seq, qk_scale,
+                                         BLOCK_N, False, False, WARP_SPEC)
+        if n_full < seq:
+            acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, n_full, seq, seq,
+                                             qk_scale, BLOCK_N, False, True, False)
+    out = acc / l_i[:, None]
+    o_desc.store([m0, 0], out.to(o_desc.dtype))  # rows past seq and columns past HEAD_DIM are clipped
+
+
 def _config(dtype):
     if dtype == torch.float32:
         return FP32_BLOCK_M, FP32_BLOCK_N, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
     # 16-bit inputs: tensor cores multiply them exactly; None keeps Triton's default.
     return BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, None
+
+
+def tma_ok(t):
+    """TMA can describe t's [seq, head_dim] planes: unit head-dim stride, 16-byte aligned base and
+    sequence stride, and 16-byte aligned batch / head strides where those dims are walked (a
+    [B,S,H,D]-transposed view qualifies when D * element size is a multiple of 16)."""
+    es = t.element_size()
+    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0 and (t.stride(2) * es) % 16 == 0
+            and all((t.stride(i) * es) % 16 == 0 for i in (0, 1) if t.shape[i] > 1))
+
+
+def _tma_scratch(size, alignment, stream):
+    # Device-side tensor descriptors live in a global scratch buffer Triton asks the allocator for.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def kernel_fn(q, k, v, causal, scale=None):
@@ -207,6 +343,18 @@ def kernel_fn(q, k, v, causal, scale=None):
     block_m, block_n, warps, stages, precision = _config(q.dtype)
     block_d = max(16, next_power_of_2(D))
     grid = (cdiv(S, block_m), B * H)
+    if VARIANT == "tma" and q.dtype != torch.float32 and block_d <= 256 and \
+            tma_ok(q) and tma_ok(k) and tma_ok(v) and tma_ok(o):
+        if q.is_cuda:
+            triton.set_allocator(_tma_scratch)
+        launch(_attn_fwd_tma, grid,
+            q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+            WARP_SPEC=bool(WARP_SPEC), num_warps=warps, num_stages=stages,
+        )
+        return o
     launch(_attn_fwd, grid,
         q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),  # one call per tensor: host time per launch
