@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from autokernel.kernels import starter_path
-from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, Kernel
+from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, HAS_CUDA, Kernel
+from support.sm90_compile import compile_sm90, job
 
 K = Kernel("flash_attention", out_shape=lambda args: args[0].shape)  # q's shape
 SPEC = K.spec
@@ -225,6 +226,116 @@ def test_triton_compiles_for_hopper(triton_mod):
         assert r["shared"] <= triton_mod.SMEM_LIMIT, (case, r)
         if case[0] != "fp32":
             assert r["wgmma"] and r["async_loads"], (case, r)  # tensor cores, K/V loads pipelined
+
+
+# ---------------------------------------------------------------- the Hopper variant (VARIANT "tma")
+
+TMA_TILES = dict(SMALL_TILES, VARIANT="tma")
+
+
+@pytest.fixture(scope="module")
+def triton_tma(tmp_path_factory):
+    return load("triton", TMA_TILES, tmp_path_factory.mktemp("fa_tma"))
+
+
+def _kernels_run(mod, args):
+    """The output of mod.kernel_fn(*args) and the names of the Triton kernels it launched."""
+    from autokernel.bench.gpu_compile import record_launches
+
+    with record_launches() as launches:
+        out = mod.kernel_fn(*args)
+    return out, [rec.name for rec in launches]
+
+
+@pytest.mark.parametrize("s", [shape(1, 4, 2, 67, 64, 1), shape(1, 4, 1, 67, 64, 0), shape(1, 2, 2, 45, 128, 1),
+                               shape(2, 2, 1, 33, 128, 0), shape(1, 2, 1, 50, 40, 1), shape(1, 2, 2, 1, 64, 1),
+                               shape(1, 2, 2, 64, 16, 0)], ids=SPEC.shape_label)
+def test_tma_variant_matches_reference(triton_tma, s):
+    """fp16 through the descriptors (bf16 dots are wrong under the interpreter): causal and not,
+    GQA 2:1 and 4:1, ragged sequences (67, 45, 33, 50: not multiples of 32 or 16, so the TMA zero
+    fill and the store clipping are exercised), head dims 64, 128, 16 and 40 (padded to 64 by the
+    descriptor's zero fill), a single query; normal and adversarial scales."""
+    gen = K.gen(sum(s.values()))
+    for scale in ("normal",) + SPEC.adversarial:
+        args = SPEC.make_inputs(s, torch.float16, DEVICE, gen, scale)
+        assert all(triton_tma.tma_ok(t) for t in args[:3])
+        out, ran = _kernels_run(triton_tma, args)
+        assert ran == ["_attn_fwd_tma"]
+        check(out, args, torch.float16, scale)
+
+
+def test_tma_variant_model_layout_and_fp32(triton_tma):
+    """transformers' transposed [B,S,H,D] views qualify (unit head-dim stride, 64-byte head stride)
+    and run through TMA; fp32 inputs always run the pointer kernel (exact products)."""
+    gen = K.gen(7)
+    b, s, h, hkv, d = 2, 45, 4, 2, 32
+    q = torch.randn(b, s, h, d, generator=gen).half().transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
+    v = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
+    for causal, scale in ((True, None), (False, 0.05)):
+        out, ran = _kernels_run(triton_tma, (q, k, v, causal, scale))
+        assert ran == ["_attn_fwd_tma"]
+        check(out, (q, k, v, causal, scale), torch.float16)
+    args = SPEC.make_inputs(shape(1, 4, 2, 37, 64, 1), torch.float32, DEVICE, gen)
+    out, ran = _kernels_run(triton_tma, args)
+    assert ran == ["_attn_fwd"]
+    check(out, args, torch.float32)
+
+
+def test_tma_variant_falls_back_where_tma_cannot_describe(triton_tma):
+    """Operands TMA cannot describe run the pointer kernel, correctly: a head-dim stride of 2, rows
+    of 36 fp16 elements (72 bytes: not 16-byte aligned), a base 2 bytes off alignment."""
+    gen = K.gen(8)
+    q, k, v, causal, scale = SPEC.make_inputs(shape(1, 4, 2, 40, 32, 1), torch.float16, DEVICE, gen)
+    v_strided = torch.randn(1, 2, 40, 64, generator=gen).half()[..., ::2]
+    q36, k36, v36, _, _ = SPEC.make_inputs(shape(1, 2, 1, 40, 36, 1), torch.float16, DEVICE, gen)
+    q_off = torch.randn(1 + 4 * 40 * 32, generator=gen).half()[1:].view(1, 4, 40, 32)
+    cases = [(q, k, v_strided, causal, scale), (q36, k36, v36, True, None), (q_off, k, v, False, None)]
+    for args in cases:
+        assert not all(triton_tma.tma_ok(t) for t in args[:3])
+        out, ran = _kernels_run(triton_tma, args)
+        assert ran == ["_attn_fwd"]
+        check(out, args, torch.float16)
+
+
+def test_tma_variant_config_rules(triton_mod):
+    kf = K.kernel_file("triton")
+    ok = triton_mod.valid_config
+    tma = dict(kf.config, VARIANT="tma", BLOCK_M=128, BLOCK_N=64, NUM_WARPS=8)
+    assert ok(tma) and ok(dict(tma, WARP_SPEC=True)) and ok(dict(tma, BLOCK_N=128, NUM_STAGES=3))
+    assert not ok(dict(tma, BLOCK_M=64, NUM_WARPS=4, WARP_SPEC=True))  # crashes Triton 3.6's Hopper pass
+    assert ok(dict(tma, BLOCK_M=64, NUM_WARPS=4)) and not ok(dict(tma, BLOCK_N=128, NUM_STAGES=4))  # smem
+    assert "VARIANT" in kf.structural and "WARP_SPEC" in kf.structural
+    assert kf.config["VARIANT"] == "pointer"  # the default until the H200 says otherwise
+    half = triton_mod.effective_config(dict(kf.config), "float16")
+    assert "WARP_SPEC" not in half and "FP32_BLOCK_M" not in half and half["VARIANT"] == "pointer"
+    assert "WARP_SPEC" in triton_mod.effective_config(tma, "bfloat16")
+    assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith("FP32_")}
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the GPU tests compile it for real")
+def test_tma_variant_compiles_for_hopper(tmp_path):
+    """The tma variant, launched under the interpreter at the committed 16-bit tiles with its
+    launches recorded, then compiled by Triton for sm_90a and assembled by ptxas: causal and not,
+    head dims 128, 64 and 40, warp specialization off and on. Each must fit in shared memory without
+    spills, multiply on wgmma and move Q/K/V through TMA loads and O through a TMA store."""
+    from autokernel.bench.gpu_compile import record_launches
+
+    pytest.importorskip("triton.backends.nvidia")
+    jobs = []
+    for ws in (False, True):
+        mod = load("triton", {"VARIANT": "tma", "WARP_SPEC": ws}, tmp_path)
+        assert mod.valid_config(dict(K.kernel_file("triton").config, VARIANT="tma", WARP_SPEC=ws))
+        for d, causal in ((128, 1), (64, 0), (40, 1)):
+            args = SPEC.make_inputs(shape(1, 2, 1, 256, d, causal), torch.float16, "cpu", K.gen(9))
+            with record_launches() as launches:
+                mod.kernel_fn(*args)
+            assert [rec.name for rec in launches] == ["_attn_fwd_tma"]
+            jobs.append(job(f"ws={ws} d={d} causal={causal}", launches[0]))
+    for r in compile_sm90(jobs, tmp_path):
+        assert "error" not in r and r["ok"], r
+        assert r["smem"] <= 227 * 1024 and r["spill"] == 0, r
+        assert r["wgmma"] > 0 and r["tma_load"] > 0 and r["tma_store"] == 1, r
 
 
 # ---------------------------------------------------------------- GPU: every default shape and dtype
