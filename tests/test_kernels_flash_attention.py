@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from autokernel.kernelfile import import_kernel
 from autokernel.kernels import starter_path
 from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, HAS_CUDA, Kernel
 from support.sm90_compile import compile_sm90, job
@@ -336,6 +337,29 @@ def test_tma_variant_compiles_for_hopper(tmp_path):
         assert "error" not in r and r["ok"], r
         assert r["smem"] <= 227 * 1024 and r["spill"] == 0, r
         assert r["wgmma"] > 0 and r["tma_load"] > 0 and r["tma_store"] == 1, r
+
+
+def test_attention_benchmark_candidates_are_valid_configs():
+    """benchmarks/attention_hopper.py: every starter candidate is a point of the search space that
+    valid_config accepts, both variants are there, and without a GPU it exits 2."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_hopper.py"
+    spec = importlib.util.spec_from_file_location("attention_hopper_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    kf = K.kernel_file("triton")
+    ok = import_kernel(kf).valid_config
+    every = bench.candidates("all")
+    assert set(every) == set(bench.candidates("pointer")) | set(bench.candidates("tma"))
+    assert {(o or {}).get("VARIANT", "pointer") for o in every.values()} == {"pointer", "tma"}
+    for label, overrides in every.items():
+        if overrides:
+            assert all(v in kf.search_space[k] for k, v in overrides.items()), label
+            assert ok(dict(kf.config, **overrides)), label
+    if not HAS_CUDA:
+        assert bench.main(["--variant", "tma"]) == 2
 
 
 # ---------------------------------------------------------------- GPU: every default shape and dtype
