@@ -138,6 +138,26 @@ def _load_tile(ptrs, rows, n_rows, cols, n_cols, CHECK_ROWS: tl.constexpr, CHECK
 
 
 @triton.jit
+def _softmax_step(qk, l_i, m_i, offs_m, offs_n, seq, qk_scale, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr):
+    """One key block's online-softmax update of both kernels: the block's probabilities p
+    (exp2 of the scaled scores, log2(e) folded into qk_scale), the rescale alpha of the old
+    accumulator, and the new normalizer and row max."""
+    if BOUNDS_MASK:
+        # Scale before masking: -inf * scale can never become NaN this way.
+        keep = offs_n[None, :] < seq
+        if CAUSAL_MASK:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                  offs_m, offs_d, lo, hi, seq, qk_scale,
                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASK_D: tl.constexpr,
@@ -150,25 +170,27 @@ def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_
         k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                        offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if BOUNDS_MASK:
-            # Scale before masking: -inf * scale can never become NaN this way.
-            keep = offs_n[None, :] < seq
-            if CAUSAL_MASK:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = _softmax_step(qk, l_i, m_i, offs_m, offs_n, seq, qk_scale, CAUSAL_MASK, BOUNDS_MASK)
         v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                        offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
+
+
+@triton.jit
+def _program_tile(heads, group, CAUSAL: tl.constexpr):
+    """This program's query block, batch, q head and kv head (GQA: q head h reads kv head h // group)."""
+    if CAUSAL:
+        # Heaviest query blocks (most keys) first; the light ones fill the tail of the grid.
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    off_b = (bh // heads).to(tl.int64)
+    off_h = (bh % heads).to(tl.int64)
+    return start_m, off_b, off_h, off_h // group
 
 
 @triton.jit
@@ -179,15 +201,7 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
               stride_ob, stride_oh, stride_om, stride_od,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, MASK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    if CAUSAL:
-        # Heaviest query blocks (most keys) first; the light ones fill the tail of the grid.
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    off_b = (bh // heads).to(tl.int64)
-    off_h = (bh % heads).to(tl.int64)
-    off_kv = off_h // group
+    start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_kv * stride_kh
     v_base = V + off_b * stride_vb + off_kv * stride_vh
@@ -237,19 +251,8 @@ def _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, seq, qk_s
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         k = k_desc.load([start_n, 0])
         qk = tl.dot(q, k.T)
-        if BOUNDS_MASK:
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < seq
-            if CAUSAL_MASK:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = _softmax_step(qk, l_i, m_i, offs_m, start_n + offs_n0, seq, qk_scale,
+                                             CAUSAL_MASK, BOUNDS_MASK)
         v = v_desc.load([start_n, 0])
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -266,14 +269,7 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
     """_attn_fwd through TMA: one [seq, HEAD_DIM] descriptor per operand for this program's
     (batch, head) (kv head for K and V), so the zero fill and the store clipping stop exactly at
     this head's sequence end and head dim, whatever the batch and head strides."""
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    off_b = (bh // heads).to(tl.int64)
-    off_h = (bh % heads).to(tl.int64)
-    off_kv = off_h // group
+    start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
     q_desc = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[seq, HEAD_DIM],
                                        strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
     k_desc = tl.make_tensor_descriptor(K + off_b * stride_kb + off_kv * stride_kh, shape=[seq, HEAD_DIM],
