@@ -37,7 +37,9 @@ TMA = {"tma 128x64 w8 s3": {"VARIANT": "tma"},
        "tma 128x64 w8 s3 warp_spec": {"VARIANT": "tma", "WARP_SPEC": True},
        "tma 128x64 w8 s4": {"VARIANT": "tma", "NUM_STAGES": 4},
        "tma 128x128 w8 s2": {"VARIANT": "tma", "BLOCK_N": 128, "NUM_STAGES": 2},
-       "tma 128x128 w8 s3": {"VARIANT": "tma", "BLOCK_N": 128, "NUM_STAGES": 3}}
+       "tma 128x128 w8 s3": {"VARIANT": "tma", "BLOCK_N": 128, "NUM_STAGES": 3},
+       "tma host 128x64 w8 s3": {"VARIANT": "tma", "TMA_DESC": "host"},
+       "tma host 128x128 w8 s2": {"VARIANT": "tma", "TMA_DESC": "host", "BLOCK_N": 128, "NUM_STAGES": 2}}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

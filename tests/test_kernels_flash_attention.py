@@ -234,18 +234,26 @@ def test_triton_compiles_for_hopper(triton_mod):
 TMA_TILES = dict(SMALL_TILES, VARIANT="tma")
 
 
-@pytest.fixture(scope="module")
-def triton_tma(tmp_path_factory):
-    return load("triton", TMA_TILES, tmp_path_factory.mktemp("fa_tma"))
+@pytest.fixture(scope="module", params=["device", "host"])
+def triton_tma(request, tmp_path_factory):
+    """The tma variant with its descriptors built per program ("device") or on the host."""
+    return load("triton", dict(TMA_TILES, TMA_DESC=request.param), tmp_path_factory.mktemp("fa_tma"))
 
 
-def _kernels_run(mod, args):
-    """The output of mod.kernel_fn(*args) and the names of the Triton kernels it launched."""
+def _kernels_run(mod, args, launches_out=None):
+    """The output of mod.kernel_fn(*args) and the names of the Triton kernels it launched (the
+    launches themselves appended to `launches_out`)."""
     from autokernel.bench.gpu_compile import record_launches
 
     with record_launches() as launches:
         out = mod.kernel_fn(*args)
+    if launches_out is not None:
+        launches_out.extend(launches)
     return out, [rec.name for rec in launches]
+
+
+def _host_desc_used(mod, rec):
+    return rec.constexprs[(mod._attn_fwd_tma.arg_names.index("HOST_DESC"),)]
 
 
 @pytest.mark.parametrize("s", [shape(1, 4, 2, 67, 64, 1), shape(1, 4, 1, 67, 64, 0), shape(1, 2, 2, 45, 128, 1),
@@ -267,16 +275,23 @@ def test_tma_variant_matches_reference(triton_tma, s):
 
 def test_tma_variant_model_layout_and_fp32(triton_tma):
     """transformers' transposed [B,S,H,D] views qualify (unit head-dim stride, 64-byte head stride)
-    and run through TMA; fp32 inputs always run the pointer kernel (exact products)."""
+    and run through TMA (with per-program descriptors even under TMA_DESC "host": their head stride
+    is below their sequence stride); fp32 inputs always run the pointer kernel (exact products)."""
     gen = K.gen(7)
     b, s, h, hkv, d = 2, 45, 4, 2, 32
     q = torch.randn(b, s, h, d, generator=gen).half().transpose(1, 2)
     k = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
     v = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
     for causal, scale in ((True, None), (False, 0.05)):
-        out, ran = _kernels_run(triton_tma, (q, k, v, causal, scale))
-        assert ran == ["_attn_fwd_tma"]
+        launches = []
+        out, ran = _kernels_run(triton_tma, (q, k, v, causal, scale), launches)
+        assert ran == ["_attn_fwd_tma"] and not _host_desc_used(triton_tma, launches[0])
         check(out, (q, k, v, causal, scale), torch.float16)
+    contiguous = tuple(t.contiguous() for t in (q, k, v))
+    launches = []
+    out, ran = _kernels_run(triton_tma, (*contiguous, True, None), launches)
+    assert _host_desc_used(triton_tma, launches[0]) == (triton_tma.TMA_DESC == "host")
+    check(out, (*contiguous, True, None), torch.float16)
     args = SPEC.make_inputs(shape(1, 4, 2, 37, 64, 1), torch.float32, DEVICE, gen)
     out, ran = _kernels_run(triton_tma, args)
     assert ran == ["_attn_fwd"]
@@ -306,11 +321,11 @@ def test_tma_variant_config_rules(triton_mod):
     assert ok(tma) and ok(dict(tma, WARP_SPEC=True)) and ok(dict(tma, BLOCK_N=128, NUM_STAGES=3))
     assert not ok(dict(tma, BLOCK_M=64, NUM_WARPS=4, WARP_SPEC=True))  # crashes Triton 3.6's Hopper pass
     assert ok(dict(tma, BLOCK_M=64, NUM_WARPS=4)) and not ok(dict(tma, BLOCK_N=128, NUM_STAGES=4))  # smem
-    assert "VARIANT" in kf.structural and "WARP_SPEC" in kf.structural
+    assert {"VARIANT", "WARP_SPEC", "TMA_DESC"} <= set(kf.structural)
     assert kf.config["VARIANT"] == "pointer"  # the default until the H200 says otherwise
     half = triton_mod.effective_config(dict(kf.config), "float16")
-    assert "WARP_SPEC" not in half and "FP32_BLOCK_M" not in half and half["VARIANT"] == "pointer"
-    assert "WARP_SPEC" in triton_mod.effective_config(tma, "bfloat16")
+    assert not {"WARP_SPEC", "TMA_DESC", "FP32_BLOCK_M"} & set(half) and half["VARIANT"] == "pointer"
+    assert {"WARP_SPEC", "TMA_DESC"} <= set(triton_mod.effective_config(tma, "bfloat16"))
     assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith("FP32_")}
 
 
@@ -318,21 +333,24 @@ def test_tma_variant_config_rules(triton_mod):
 def test_tma_variant_compiles_for_hopper(tmp_path):
     """The tma variant, launched under the interpreter at the committed 16-bit tiles with its
     launches recorded, then compiled by Triton for sm_90a and assembled by ptxas: causal and not,
-    head dims 128, 64 and 40, warp specialization off and on. Each must fit in shared memory without
+    head dims 128, 64 and 40, warp specialization off and on, descriptors built per program and on
+    the host (4-D, one [1, 1, rows, D] box a tile). Each must fit in shared memory without
     spills, multiply on wgmma and move Q/K/V through TMA loads and O through a TMA store."""
     from autokernel.bench.gpu_compile import record_launches
 
     pytest.importorskip("triton.backends.nvidia")
     jobs = []
-    for ws in (False, True):
-        mod = load("triton", {"VARIANT": "tma", "WARP_SPEC": ws}, tmp_path)
-        assert mod.valid_config(dict(K.kernel_file("triton").config, VARIANT="tma", WARP_SPEC=ws))
+    for ws, desc in ((False, "device"), (True, "device"), (False, "host")):
+        cfg = {"VARIANT": "tma", "WARP_SPEC": ws, "TMA_DESC": desc}
+        mod = load("triton", cfg, tmp_path)
+        assert mod.valid_config(dict(K.kernel_file("triton").config, **cfg))
         for d, causal in ((128, 1), (64, 0), (40, 1)):
             args = SPEC.make_inputs(shape(1, 2, 1, 256, d, causal), torch.float16, "cpu", K.gen(9))
             with record_launches() as launches:
                 mod.kernel_fn(*args)
             assert [rec.name for rec in launches] == ["_attn_fwd_tma"]
-            jobs.append(job(f"ws={ws} d={d} causal={causal}", launches[0]))
+            assert _host_desc_used(mod, launches[0]) == (desc == "host")
+            jobs.append(job(f"ws={ws} {desc} d={d} causal={causal}", launches[0]))
     for r in compile_sm90(jobs, tmp_path):
         assert "error" not in r and r["ok"], r
         assert r["smem"] <= 227 * 1024 and r["spill"] == 0, r
@@ -392,6 +410,23 @@ test_triton_gpu_default_shapes = K.correctness_test(backend="triton", shapes=SPE
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
     gpu_adversarial_and_model_layout(triton_mod, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"}, {"VARIANT": "tma", "WARP_SPEC": True},
+                                 {"VARIANT": "tma", "TMA_DESC": "host"},
+                                 {"VARIANT": "tma", "TMA_DESC": "host", "BLOCK_N": 128, "NUM_STAGES": 2}],
+                         ids=["device", "device-warp_spec", "host", "host-128x128"])
+def test_tma_variant_on_the_gpu(tmp_path, cfg):
+    """The tma variant on the card: every default and edge shape in bf16 and fp16, the adversarial
+    scales, LLaMA's transposed layout; the benchmark's B4 S4096 d128 inputs qualify for TMA."""
+    mod = load("triton", cfg, tmp_path)
+    for dtype in (torch.bfloat16, torch.float16):
+        for s in SPEC.default_shapes + SPEC.edge_shapes:
+            gpu_check(mod, s, dtype)
+        gpu_adversarial_and_model_layout(mod, dtype)
+    q, k, v, causal, _ = K.make(shape(4, 32, 32, 4096, 128, 1), torch.bfloat16, K.gen(7, "cuda"), device="cuda")
+    assert all(mod.tma_ok(t) for t in (q, k, v))
 
 
 @pytest.mark.gpu

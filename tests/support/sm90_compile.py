@@ -55,8 +55,8 @@ for label, path, name, sig, consts, attrs, opts, programs in pickle.load(open(sy
                 "warps": k.metadata.num_warps,
                 "spill": sum(int(x) for x in re.findall(r"(\d+) bytes spill", r.stderr)),
                 "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-                "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared", ptx)),
-                "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global", ptx)),
+                "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.[2-5]d\.shared", ptx)),
+                "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.[2-5]d\.global", ptx)),
                 "setmaxnreg": len(re.findall(r"setmaxnreg", ptx))})
 print(json.dumps(out))
 '''

@@ -20,7 +20,10 @@ VARIANT "tma" (16-bit inputs only; fp32 always runs the pointer kernel with its 
 the Hopper form of the same algorithm: Q, K, V and O tiles move through tensor descriptors
 (tl.make_tensor_descriptor, made in the kernel per (batch, head): TMA on sm_90, rows past the
 sequence end and head-dim columns past D read as zeros and are clipped on the store, so no load
-masks and non-power-of-two head dims pad for free). WARP_SPEC runs the long unmasked key loop as
+masks and non-power-of-two head dims pad for free); with TMA_DESC "host" one [B, H, S, D] descriptor
+per operand is built on the host and passed as a kernel parameter instead, so no program spends
+time writing and fencing descriptors (transposed [B,S,H,D] views keep the per-program ones: see
+_outer_first). WARP_SPEC runs the long unmasked key loop as
 tl.range(..., warp_specialize=True), asking Triton for producer warps that issue the TMA loads
 while consumer warpgroups do the wgmma and the softmax (the overlap FlashAttention-3 builds by
 hand); the short masked loops (causal band, ragged tail) stay plain. Compiled for sm_90 with
@@ -57,6 +60,7 @@ NUM_WARPS = 8
 NUM_STAGES = 3
 VARIANT = "pointer"
 WARP_SPEC = False  # the "tma" variant's key loops warp-specialized (producer / consumer warps)
+TMA_DESC = "device"  # the "tma" variant's descriptors: built per program ("device") or once on the host
 
 # fp32: "ieee" products on the FMA path, or 3xTF32 (about as exact, on tensor cores).
 FP32_BLOCK_M = 64
@@ -77,10 +81,11 @@ SEARCH_SPACE = {
     "FP32_PRECISION": ["ieee", "tf32x3"],
     "VARIANT": ["pointer", "tma"],
     "WARP_SPEC": [False, True],
+    "TMA_DESC": ["device", "host"],
 }
 
 # the tunables that switch code paths rather than sizes (the search names them in its descriptions)
-STRUCTURAL = ["VARIANT", "WARP_SPEC", "FP32_PRECISION"]
+STRUCTURAL = ["VARIANT", "WARP_SPEC", "TMA_DESC", "FP32_PRECISION"]
 
 DETERMINISTIC = True  # each output row is reduced by one program in a fixed key order
 
@@ -112,11 +117,11 @@ def effective_config(cfg, dtype):
     # fp32 inputs run the pointer kernel with the FP32_* tiles; 16-bit inputs the others, and
     # WARP_SPEC matters only to the "tma" variant: the search spends no trials on unread tunables
     if dtype == "float32":
-        unused = ["BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES", "VARIANT", "WARP_SPEC"]
+        unused = ["BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES", "VARIANT", "WARP_SPEC", "TMA_DESC"]
     else:
         unused = [k for k in cfg if k.startswith("FP32_")]
         if cfg.get("VARIANT") != "tma":
-            unused.append("WARP_SPEC")
+            unused += ["WARP_SPEC", "TMA_DESC"]
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
@@ -242,18 +247,28 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
 
 
 @triton.jit
-def _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, seq, qk_scale,
-                     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr,
-                     WARP_SPEC: tl.constexpr):
+def _desc_load(desc, b, h, row, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, HOST_DESC: tl.constexpr):
+    # a host descriptor spans [B, H, S, D] (one for all programs); a device one this head's [S, D]
+    if HOST_DESC:
+        x = desc.load([b, h, row, 0]).reshape(ROWS, BLOCK_D)
+    else:
+        x = desc.load([row, 0])
+    return x
+
+
+@triton.jit
+def _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, off_b, off_kv, offs_m, lo, hi, seq, qk_scale,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+                     BOUNDS_MASK: tl.constexpr, WARP_SPEC: tl.constexpr, HOST_DESC: tl.constexpr):
     """_attn_blocks with K and V tiles from tensor descriptors: keys past the sequence end arrive
     as zeros, so BOUNDS_MASK still masks their scores (a zero score is not a missing key)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        k = k_desc.load([start_n, 0])
+        k = _desc_load(k_desc, off_b, off_kv, start_n, BLOCK_N, BLOCK_D, HOST_DESC)
         qk = tl.dot(q, k.T)
         p, alpha, l_i, m_new = _softmax_step(qk, l_i, m_i, offs_m, start_n + offs_n0, seq, qk_scale,
                                              CAUSAL_MASK, BOUNDS_MASK)
-        v = v_desc.load([start_n, 0])
+        v = _desc_load(v_desc, off_b, off_kv, start_n, BLOCK_N, BLOCK_D, HOST_DESC)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -265,43 +280,59 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr):
-    """_attn_fwd through TMA: one [seq, HEAD_DIM] descriptor per operand for this program's
-    (batch, head) (kv head for K and V), so the zero fill and the store clipping stop exactly at
-    this head's sequence end and head dim, whatever the batch and head strides."""
+                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr,
+                  HOST_DESC: tl.constexpr):
+    """_attn_fwd through TMA. HOST_DESC: Q/K/V/O are [B, H, S, D] descriptors built on the host
+    (Triton passes them as kernel parameters: nothing to build per program); else pointers, and
+    each program builds one [seq, HEAD_DIM] descriptor per operand for its (batch, head) (kv head
+    for K and V). Either way the zero fill and the store clipping stop exactly at this head's
+    sequence end and head dim, whatever the batch and head strides."""
     start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
-    q_desc = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[seq, HEAD_DIM],
-                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-    k_desc = tl.make_tensor_descriptor(K + off_b * stride_kb + off_kv * stride_kh, shape=[seq, HEAD_DIM],
-                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    v_desc = tl.make_tensor_descriptor(V + off_b * stride_vb + off_kv * stride_vh, shape=[seq, HEAD_DIM],
-                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    o_desc = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[seq, HEAD_DIM],
-                                       strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    if HOST_DESC:
+        q_desc = Q
+        k_desc = K
+        v_desc = V
+        o_desc = O
+    else:
+        q_desc = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+        k_desc = tl.make_tensor_descriptor(K + off_b * stride_kb + off_kv * stride_kh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+        v_desc = tl.make_tensor_descriptor(V + off_b * stride_vb + off_kv * stride_vh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+        o_desc = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    b32 = off_b.to(tl.int32)
+    h32 = off_h.to(tl.int32)
+    kv32 = off_kv.to(tl.int32)
 
     m0 = start_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    q = q_desc.load([m0, 0])
+    q = _desc_load(q_desc, b32, h32, m0, BLOCK_M, BLOCK_D, HOST_DESC)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if CAUSAL:
         # stage 1: keys [0, m0), left of the diagonal, visible to every row: no mask
-        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, m0, seq, qk_scale,
-                                         BLOCK_N, False, False, WARP_SPEC)
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, m0, seq, qk_scale,
+                                         BLOCK_N, BLOCK_D, False, False, WARP_SPEC, HOST_DESC)
         # stage 2: the diagonal band, causal mask and sequence end
-        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, m0,
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, m0,
                                          tl.minimum(m0 + BLOCK_M, seq), seq, qk_scale,
-                                         BLOCK_N, True, True, False)
+                                         BLOCK_N, BLOCK_D, True, True, False, HOST_DESC)
     else:
         n_full = (seq // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, n_full, seq, qk_scale,
-                                         BLOCK_N, False, False, WARP_SPEC)
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, n_full, seq,
+                                         qk_scale, BLOCK_N, BLOCK_D, False, False, WARP_SPEC, HOST_DESC)
         if n_full < seq:
-            acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, offs_m, n_full, seq, seq,
-                                             qk_scale, BLOCK_N, False, True, False)
-    out = acc / l_i[:, None]
-    o_desc.store([m0, 0], out.to(o_desc.dtype))  # rows past seq and columns past HEAD_DIM are clipped
+            acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, n_full, seq, seq,
+                                             qk_scale, BLOCK_N, BLOCK_D, False, True, False, HOST_DESC)
+    out = (acc / l_i[:, None]).to(o_desc.dtype)
+    # rows past seq and columns past HEAD_DIM are clipped
+    if HOST_DESC:
+        o_desc.store([b32, h32, m0, 0], out.reshape(1, 1, BLOCK_M, BLOCK_D))
+    else:
+        o_desc.store([m0, 0], out)
 
 
 def _config(dtype):
@@ -325,6 +356,23 @@ def _tma_scratch(size, alignment, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _outer_first(t):
+    """t's batch, head and sequence strides do not grow inwards (dims of size 1 aside): the layout
+    a host descriptor is given. A [B,S,H,D]-transposed view (head stride below the sequence
+    stride) keeps per-program descriptors: TMA documents strides that grow outwards only."""
+    strides = [st for st, n in zip(t.stride()[:3], t.shape[:3]) if n > 1]
+    return all(a >= b for a, b in zip(strides, strides[1:]))
+
+
+def _host_desc(t, rows, block_d):
+    """A [B, H, S, D] TMA descriptor of t, one box a [rows, block_d] tile of one head. A size-1
+    dim's stride is never stepped: it is given an aligned value (TMA checks every stride)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    strides = [st if n > 1 or i == 3 else t.shape[3] * 8 for i, (st, n) in enumerate(zip(t.stride(), t.shape))]
+    return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, block_d])
+
+
 def kernel_fn(q, k, v, causal, scale=None):
     assert q.dim() == 4 and k.dim() == 4 and v.dim() == 4, "q[B,Hq,S,D], k and v [B,Hkv,S,D]"
     assert q.dtype == k.dtype == v.dtype, "q, k and v must share a dtype"
@@ -341,14 +389,20 @@ def kernel_fn(q, k, v, causal, scale=None):
     grid = (cdiv(S, block_m), B * H)
     if VARIANT == "tma" and q.dtype != torch.float32 and block_d <= 256 and \
             tma_ok(q) and tma_ok(k) and tma_ok(v) and tma_ok(o):
-        if q.is_cuda:
-            triton.set_allocator(_tma_scratch)
+        host = TMA_DESC == "host" and _outer_first(q) and _outer_first(k) and _outer_first(v)
+        if host:
+            ins = (_host_desc(q, block_m, block_d), _host_desc(k, block_n, block_d), _host_desc(v, block_n, block_d),
+                   _host_desc(o, block_m, block_d))
+        else:
+            ins = (q, k, v, o)
+            if q.is_cuda:
+                triton.set_allocator(_tma_scratch)
         launch(_attn_fwd_tma, grid,
-            q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
+            *ins, sm_scale * 1.4426950408889634, S, H, H // Hkv,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
-            WARP_SPEC=bool(WARP_SPEC), num_warps=warps, num_stages=stages,
+            WARP_SPEC=bool(WARP_SPEC), HOST_DESC=host, num_warps=warps, num_stages=stages,
         )
         return o
     launch(_attn_fwd, grid,
