@@ -60,14 +60,16 @@ def libraries() -> dict:
     model runs)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    def default(q, k, v, causal, scale):
+        # enable_gqa only where kv heads are fewer: some backends refuse the flag itself
+        gqa = q.shape[1] != k.shape[1]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+
     def backend(b):
         def run(q, k, v, causal, scale):
             with sdpa_kernel([b]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+                return default(q, k, v, causal, scale)
         return run
-
-    def default(q, k, v, causal, scale):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
 
     return {"sdpa cuDNN": backend(SDPBackend.CUDNN_ATTENTION), "sdpa flash": backend(SDPBackend.FLASH_ATTENTION),
             "sdpa default": default, "torch.compile(sdpa)": torch.compile(default, dynamic=False)}
