@@ -329,6 +329,42 @@ def test_tma_variant_config_rules(triton_mod):
     assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith("FP32_")}
 
 
+_STANDALONE = r"""
+import sys
+sys.modules["autokernel"] = None  # the copied-out file must not need the package
+sys.path.insert(0, sys.argv[1])
+import torch, torch.nn.functional as F
+import fa_tma
+assert fa_tma.launch.__module__ == "fa_tma"
+gen = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, h, 50, 64, generator=gen).half() for h in (4, 2, 2))
+for desc in ("device", "host"):
+    fa_tma.TMA_DESC = desc
+    out = fa_tma.kernel_fn(q, k, v, True)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    print(desc, (out.float() - ref).abs().max().item())
+"""
+
+
+def test_tma_variant_runs_standalone(tmp_path):
+    """The starter is copied out as a self-contained file: with VARIANT "tma" it runs without the
+    autokernel package (its own launch path), both descriptor modes, under the interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    from autokernel.kernelfile import with_config
+
+    source = starter_path("flash_attention", "triton").read_text()
+    (tmp_path / "fa_tma.py").write_text(with_config(source, dict(TMA_TILES)))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, "-c", _STANDALONE, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = dict(line.split() for line in proc.stdout.strip().splitlines())
+    assert set(errors) == {"device", "host"} and all(float(e) < 1e-2 for e in errors.values()), errors
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the GPU tests compile it for real")
 def test_tma_variant_compiles_for_hopper(tmp_path):
     """The tma variant, launched under the interpreter at the committed 16-bit tiles with its
