@@ -34,7 +34,10 @@ from autokernel.kernels import get_spec  # noqa: E402
 POINTER = {"pointer 128x64 w8 s3 (committed)": None,
            "pointer 128x128 w8 s2": {"BLOCK_N": 128, "NUM_STAGES": 2}}
 TMA = {"tma 128x64 w8 s3": {"VARIANT": "tma"},
-       "tma 128x64 w8 s3 warp_spec": {"VARIANT": "tma", "WARP_SPEC": True},
+       "tma 128x64 w4 s3 warp_spec": {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4},
+       "tma 128x64 w4 s2 warp_spec": {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4, "NUM_STAGES": 2},
+       "tma 128x128 w4 s2 warp_spec": {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4, "BLOCK_N": 128,
+                                       "NUM_STAGES": 2},
        "tma 128x64 w8 s4": {"VARIANT": "tma", "NUM_STAGES": 4},
        "tma 128x128 w8 s2": {"VARIANT": "tma", "BLOCK_N": 128, "NUM_STAGES": 2},
        "tma 128x128 w8 s3": {"VARIANT": "tma", "BLOCK_N": 128, "NUM_STAGES": 3},

@@ -79,7 +79,7 @@ def test_triton_starters_compile_for_the_gpu(kernel_type):
 # Starter variants the committed defaults do not launch (test_kernels_flash_attention.py also
 # compiles the tma variant fully for sm_90a, through ptxas).
 VARIANTS = [("flash_attention", {"VARIANT": "tma", "WARP_SPEC": False}),
-            ("flash_attention", {"VARIANT": "tma", "WARP_SPEC": True})]
+            ("flash_attention", {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4})]
 
 
 @pytest.mark.parametrize("kernel_type,config", VARIANTS, ids=[f"{t}-{c}" for t, c in VARIANTS])

@@ -234,10 +234,14 @@ def test_triton_compiles_for_hopper(triton_mod):
 TMA_TILES = dict(SMALL_TILES, VARIANT="tma")
 
 
-@pytest.fixture(scope="module", params=["device", "host"])
+@pytest.fixture(scope="module", params=[("device", False), ("host", False), ("device", True)],
+                ids=["device", "host", "warp_spec"])
 def triton_tma(request, tmp_path_factory):
-    """The tma variant with its descriptors built per program ("device") or on the host."""
-    return load("triton", dict(TMA_TILES, TMA_DESC=request.param), tmp_path_factory.mktemp("fa_tma"))
+    """The tma variant with its descriptors built per program ("device") or on the host, and with
+    WARP_SPEC's single fully masked key loop (the interpreter runs it at small tiles; valid_config's
+    4-warp, 128-row rule is about the sm_90 compile, tested below)."""
+    desc, ws = request.param
+    return load("triton", dict(TMA_TILES, TMA_DESC=desc, WARP_SPEC=ws), tmp_path_factory.mktemp("fa_tma"))
 
 
 def _kernels_run(mod, args, launches_out=None):
@@ -318,8 +322,12 @@ def test_tma_variant_config_rules(triton_mod):
     kf = K.kernel_file("triton")
     ok = triton_mod.valid_config
     tma = dict(kf.config, VARIANT="tma", BLOCK_M=128, BLOCK_N=64, NUM_WARPS=8)
-    assert ok(tma) and ok(dict(tma, WARP_SPEC=True)) and ok(dict(tma, BLOCK_N=128, NUM_STAGES=3))
-    assert not ok(dict(tma, BLOCK_M=64, NUM_WARPS=4, WARP_SPEC=True))  # crashes Triton 3.6's Hopper pass
+    assert ok(tma) and ok(dict(tma, BLOCK_N=128, NUM_STAGES=3))
+    ws = dict(tma, NUM_WARPS=4, WARP_SPEC=True)  # a producer and two 64-row consumer warpgroups
+    assert ok(ws) and ok(dict(ws, BLOCK_N=128, NUM_STAGES=2)) and ok(dict(ws, NUM_STAGES=4))
+    assert not ok(dict(ws, NUM_WARPS=8))  # Triton 3.6 ignores the request at 8 warps
+    assert not ok(dict(ws, BLOCK_M=64)) and not ok(dict(ws, TMA_DESC="host"))
+    assert not ok(dict(ws, BLOCK_N=128, NUM_STAGES=3))  # its separate O buffer: past 227 KB
     assert ok(dict(tma, BLOCK_M=64, NUM_WARPS=4)) and not ok(dict(tma, BLOCK_N=128, NUM_STAGES=4))  # smem
     assert {"VARIANT", "WARP_SPEC", "TMA_DESC"} <= set(kf.structural)
     assert kf.config["VARIANT"] == "pointer"  # the default until the H200 says otherwise
@@ -371,13 +379,14 @@ def test_tma_variant_compiles_for_hopper(tmp_path):
     launches recorded, then compiled by Triton for sm_90a and assembled by ptxas: causal and not,
     head dims 128, 64 and 40, warp specialization off and on, descriptors built per program and on
     the host (4-D, one [1, 1, rows, D] box a tile). Each must fit in shared memory without
-    spills, multiply on wgmma and move Q/K/V through TMA loads and O through a TMA store."""
+    spills, multiply on wgmma and move Q/K/V through TMA loads and O through TMA stores; the
+    warp-specialized one must really be (a producer warpgroup: 12 warps, setmaxnreg)."""
     from autokernel.bench.gpu_compile import record_launches
 
     pytest.importorskip("triton.backends.nvidia")
     jobs = []
     for ws, desc in ((False, "device"), (True, "device"), (False, "host")):
-        cfg = {"VARIANT": "tma", "WARP_SPEC": ws, "TMA_DESC": desc}
+        cfg = {"VARIANT": "tma", "WARP_SPEC": ws, "TMA_DESC": desc, "NUM_WARPS": 4 if ws else 8}
         mod = load("triton", cfg, tmp_path)
         assert mod.valid_config(dict(K.kernel_file("triton").config, **cfg))
         for d, causal in ((128, 1), (64, 0), (40, 1)):
@@ -390,7 +399,11 @@ def test_tma_variant_compiles_for_hopper(tmp_path):
     for r in compile_sm90(jobs, tmp_path):
         assert "error" not in r and r["ok"], r
         assert r["smem"] <= 227 * 1024 and r["spill"] == 0, r
-        assert r["wgmma"] > 0 and r["tma_load"] > 0 and r["tma_store"] == 1, r
+        assert r["wgmma"] > 0 and r["tma_load"] > 0 and r["tma_store"] > 0, r
+        if "ws=True" in r["label"]:
+            assert r["warps"] == 12 and r["setmaxnreg"] > 0, r
+        else:
+            assert r["warps"] == 8 and r["setmaxnreg"] == 0, r
 
 
 def test_attention_benchmark_candidates_are_valid_configs():
@@ -449,7 +462,7 @@ def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"}, {"VARIANT": "tma", "WARP_SPEC": True},
+@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"}, {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4},
                                  {"VARIANT": "tma", "TMA_DESC": "host"},
                                  {"VARIANT": "tma", "TMA_DESC": "host", "BLOCK_N": 128, "NUM_STAGES": 2}],
                          ids=["device", "device-warp_spec", "host", "host-128x128"])

@@ -23,14 +23,16 @@ sequence end and head-dim columns past D read as zeros and are clipped on the st
 masks and non-power-of-two head dims pad for free); with TMA_DESC "host" one [B, H, S, D] descriptor
 per operand is built on the host and passed as a kernel parameter instead, so no program spends
 time writing and fencing descriptors (transposed [B,S,H,D] views keep the per-program ones: see
-_outer_first). WARP_SPEC runs the long unmasked key loop as
-tl.range(..., warp_specialize=True), asking Triton for producer warps that issue the TMA loads
-while consumer warpgroups do the wgmma and the softmax (the overlap FlashAttention-3 builds by
-hand); the short masked loops (causal band, ragged tail) stay plain. Compiled for sm_90 with
-Triton 3.6, the request changes nothing at 8 warps (no partitions, the same code) and crashes its
-Hopper warp-specialization pass at 4 warps on the causal kernel, so valid_config allows it at 8
-warps only: the tunable is there for Tritons whose Hopper pass handles this loop. The causal split
-is the pointer kernel's: blocks left of the diagonal unmasked, the band masked.
+_outer_first). WARP_SPEC runs the key loop as tl.range(..., warp_specialize=True): Triton's Hopper
+pass then splits a 4-warp, 128-row program into a producer warpgroup that issues the TMA loads and
+two consumer warpgroups of 64 rows each that do the wgmma and the softmax (12 warps, registers
+moved to the consumers with setmaxnreg), the overlap FlashAttention-3 builds by hand. Triton 3.6
+partitions only a kernel whose key loop is its only loop (a second loop fails its pass), so with
+WARP_SPEC the tile runs one loop over all its key blocks with the causal and sequence-end masks on
+every block; at 8 warps the request does nothing, with host descriptors the pass fails
+(valid_config allows it at 4 warps, BLOCK_M 128, TMA_DESC "device").
+Without WARP_SPEC the causal split is the pointer kernel's: blocks left of the diagonal unmasked,
+the band masked.
 Operands TMA cannot describe (an inner stride other than 1, a base or outer stride not 16-byte
 aligned, a head dim past TMA's 256-element box) run the pointer kernel.
 """
@@ -97,19 +99,28 @@ def valid_config(cfg):
     # The causal split needs the diagonal band to start on a key-block boundary.
     if cfg["BLOCK_M"] % cfg["BLOCK_N"] or cfg["FP32_BLOCK_M"] % cfg["FP32_BLOCK_N"]:
         return False
+    warps = cfg["NUM_WARPS"]
     # q tile + pipelined k and v tiles at the largest head dim must fit in shared memory.
     half = (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"] * max(cfg["NUM_STAGES"], 1)) * MAX_HEAD_DIM * 2
     if cfg.get("VARIANT") == "tma":
         # TMA adds its mbarriers; the O tile staged for the TMA store reuses the K/V buffers (sm_90,
         # Triton 3.6: 230400 bytes at 128x128, 3 stages, D 128, against 229376 for the tiles)
         half += 1024
-        # Triton 3.6's Hopper warp specialization: a no-op at 8 warps, a compiler crash (causal) at 4
-        if cfg.get("WARP_SPEC") and cfg["NUM_WARPS"] < 8:
-            return False
+        # Triton 3.6's Hopper warp specialization (checked by compiling for sm_90a) partitions a
+        # 4-warp program into a producer and two consumer warpgroups of BLOCK_M / 2 = 64 rows (the
+        # wgmma row count), 12 warps in all; at 8 warps it silently does nothing, and with host
+        # descriptors (4-D boxes reshaped to tiles) its pass fails
+        if cfg.get("WARP_SPEC"):
+            if cfg["NUM_WARPS"] != 4 or cfg["BLOCK_M"] != 128 or cfg.get("TMA_DESC", "device") != "device":
+                return False
+            warps = 2 * cfg["NUM_WARPS"]  # the two consumer warpgroups hold the tile's registers
+            # the consumers' O tiles get their own store buffer (164376 bytes at 128x64, 3 stages,
+            # D 128, against 132096 without warp specialization)
+            half += cfg["BLOCK_M"] * MAX_HEAD_DIM * 2
     single = (cfg["FP32_BLOCK_M"] + 2 * cfg["FP32_BLOCK_N"] * max(cfg["FP32_NUM_STAGES"], 1)) * MAX_HEAD_DIM * 4
     # fp32 accumulator (BLOCK_M x D) plus scores (BLOCK_M x BLOCK_N) per thread. ptxas (Triton 3.6,
     # sm_90, D=128): 96 of these -> 184 registers; 128 -> 255 without spills; 192 -> spills.
-    regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * cfg["NUM_WARPS"])
+    regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * warps)
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and regs <= 128
 
 
@@ -312,10 +323,20 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if CAUSAL:
+    if WARP_SPEC:
+        # One warp-specialized loop over every key block this tile sees, each block masked (causal
+        # and sequence end): Triton 3.6's Hopper pass partitions a kernel whose key loop is its only
+        # loop, and fails on a second one after it (or before it), so the two-stage split is off here.
+        if CAUSAL:
+            hi = tl.minimum(m0 + BLOCK_M, seq)
+        else:
+            hi = seq
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, hi, seq, qk_scale,
+                                         BLOCK_N, BLOCK_D, CAUSAL, True, True, HOST_DESC)
+    elif CAUSAL:
         # stage 1: keys [0, m0), left of the diagonal, visible to every row: no mask
         acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, m0, seq, qk_scale,
-                                         BLOCK_N, BLOCK_D, False, False, WARP_SPEC, HOST_DESC)
+                                         BLOCK_N, BLOCK_D, False, False, False, HOST_DESC)
         # stage 2: the diagonal band, causal mask and sequence end
         acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, m0,
                                          tl.minimum(m0 + BLOCK_M, seq), seq, qk_scale,
@@ -323,7 +344,7 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
     else:
         n_full = (seq // BLOCK_N) * BLOCK_N
         acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, n_full, seq,
-                                         qk_scale, BLOCK_N, BLOCK_D, False, False, WARP_SPEC, HOST_DESC)
+                                         qk_scale, BLOCK_N, BLOCK_D, False, False, False, HOST_DESC)
         if n_full < seq:
             acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, n_full, seq, seq,
                                              qk_scale, BLOCK_N, BLOCK_D, False, True, False, HOST_DESC)
