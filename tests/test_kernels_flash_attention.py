@@ -373,6 +373,7 @@ def test_tma_variant_runs_standalone(tmp_path):
     assert set(errors) == {"device", "host"} and all(float(e) < 1e-2 for e in errors.values()), errors
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the GPU tests compile it for real")
 def test_tma_variant_compiles_for_hopper(tmp_path):
     """The tma variant, launched under the interpreter at the committed 16-bit tiles with its
