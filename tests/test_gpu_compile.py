@@ -75,6 +75,30 @@ def test_triton_starters_compile_for_the_gpu(kernel_type):
     compile_for_gpu(launches)
 
 
+
+# Starter variants the committed defaults do not launch (test_kernels_flash_attention.py also
+# compiles the tma variant fully for sm_90a, through ptxas).
+VARIANTS = [("flash_attention", {"VARIANT": "tma", "WARP_SPEC": False}),
+            ("flash_attention", {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4})]
+
+
+@pytest.mark.parametrize("kernel_type,config", VARIANTS, ids=[f"{t}-{c}" for t, c in VARIANTS])
+def test_triton_starter_variants_compile_for_the_gpu(tmp_path, kernel_type, config):
+    from autokernel.bench.gpu_compile import compile_for_gpu, record_launches
+    from autokernel.kernelfile import import_kernel, read_kernel_file, with_config
+    from autokernel.kernels import starter_path
+
+    spec = get_spec(kernel_type)
+    path = tmp_path / f"{kernel_type}_variant.py"
+    path.write_text(with_config(starter_path(kernel_type, "triton").read_text(), config))
+    mod = import_kernel(read_kernel_file(path))
+    gen = torch.Generator().manual_seed(0)
+    with record_launches() as launches:
+        for shape in spec.small_shapes[:2]:
+            mod.kernel_fn(*spec.make_inputs(shape, torch.float16, "cpu", gen, "normal"))
+    assert [rec.name for rec in launches] == ["_attn_fwd_tma"] * 2  # causal and not
+    assert compile_for_gpu(launches) == 2
+
 # Smaller inputs where the GPU test's take the interpreter long; the compiled kernels are the same.
 SMALLER = {"max-min-prod": "torch.randn(4, 30, 7)", "depthwise": "torch.randn(1, 32, 10, 10)"}
 

@@ -16,8 +16,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from autokernel.kernelfile import import_kernel
 from autokernel.kernels import starter_path
-from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, Kernel
+from support.kernel_cases import ALL_DTYPES, CPU_DTYPES, DEVICE, HAS_CUDA, Kernel
+from support.sm90_compile import compile_sm90, job
 
 K = Kernel("flash_attention", out_shape=lambda args: args[0].shape)  # q's shape
 SPEC = K.spec
@@ -227,6 +229,207 @@ def test_triton_compiles_for_hopper(triton_mod):
             assert r["wgmma"] and r["async_loads"], (case, r)  # tensor cores, K/V loads pipelined
 
 
+# ---------------------------------------------------------------- the Hopper variant (VARIANT "tma")
+
+TMA_TILES = dict(SMALL_TILES, VARIANT="tma")
+
+
+@pytest.fixture(scope="module", params=[("device", False), ("host", False), ("device", True)],
+                ids=["device", "host", "warp_spec"])
+def triton_tma(request, tmp_path_factory):
+    """The tma variant with its descriptors built per program ("device") or on the host, and with
+    WARP_SPEC's single fully masked key loop (the interpreter runs it at small tiles; valid_config's
+    4-warp, 128-row rule is about the sm_90 compile, tested below)."""
+    desc, ws = request.param
+    return load("triton", dict(TMA_TILES, TMA_DESC=desc, WARP_SPEC=ws), tmp_path_factory.mktemp("fa_tma"))
+
+
+def _kernels_run(mod, args, launches_out=None):
+    """The output of mod.kernel_fn(*args) and the names of the Triton kernels it launched (the
+    launches themselves appended to `launches_out`)."""
+    from autokernel.bench.gpu_compile import record_launches
+
+    with record_launches() as launches:
+        out = mod.kernel_fn(*args)
+    if launches_out is not None:
+        launches_out.extend(launches)
+    return out, [rec.name for rec in launches]
+
+
+def _host_desc_used(mod, rec):
+    return rec.constexprs[(mod._attn_fwd_tma.arg_names.index("HOST_DESC"),)]
+
+
+@pytest.mark.parametrize("s", [shape(1, 4, 2, 67, 64, 1), shape(1, 4, 1, 67, 64, 0), shape(1, 2, 2, 45, 128, 1),
+                               shape(2, 2, 1, 33, 128, 0), shape(1, 2, 1, 50, 40, 1), shape(1, 2, 2, 1, 64, 1),
+                               shape(1, 2, 2, 64, 16, 0)], ids=SPEC.shape_label)
+def test_tma_variant_matches_reference(triton_tma, s):
+    """fp16 through the descriptors (bf16 dots are wrong under the interpreter): causal and not,
+    GQA 2:1 and 4:1, ragged sequences (67, 45, 33, 50: not multiples of 32 or 16, so the TMA zero
+    fill and the store clipping are exercised), head dims 64, 128, 16 and 40 (padded to 64 by the
+    descriptor's zero fill), a single query; normal and adversarial scales."""
+    gen = K.gen(sum(s.values()))
+    for scale in ("normal",) + SPEC.adversarial:
+        args = SPEC.make_inputs(s, torch.float16, DEVICE, gen, scale)
+        assert all(triton_tma.tma_ok(t) for t in args[:3])
+        out, ran = _kernels_run(triton_tma, args)
+        assert ran == ["_attn_fwd_tma"]
+        check(out, args, torch.float16, scale)
+
+
+def test_tma_variant_model_layout_and_fp32(triton_tma):
+    """transformers' transposed [B,S,H,D] views qualify (unit head-dim stride, 64-byte head stride)
+    and run through TMA (with per-program descriptors even under TMA_DESC "host": their head stride
+    is below their sequence stride); fp32 inputs always run the pointer kernel (exact products)."""
+    gen = K.gen(7)
+    b, s, h, hkv, d = 2, 45, 4, 2, 32
+    q = torch.randn(b, s, h, d, generator=gen).half().transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
+    v = torch.randn(b, s, hkv, d, generator=gen).half().transpose(1, 2)
+    for causal, scale in ((True, None), (False, 0.05)):
+        launches = []
+        out, ran = _kernels_run(triton_tma, (q, k, v, causal, scale), launches)
+        assert ran == ["_attn_fwd_tma"] and not _host_desc_used(triton_tma, launches[0])
+        check(out, (q, k, v, causal, scale), torch.float16)
+    contiguous = tuple(t.contiguous() for t in (q, k, v))
+    launches = []
+    out, ran = _kernels_run(triton_tma, (*contiguous, True, None), launches)
+    assert _host_desc_used(triton_tma, launches[0]) == (triton_tma.TMA_DESC == "host")
+    check(out, (*contiguous, True, None), torch.float16)
+    args = SPEC.make_inputs(shape(1, 4, 2, 37, 64, 1), torch.float32, DEVICE, gen)
+    out, ran = _kernels_run(triton_tma, args)
+    assert ran == ["_attn_fwd"]
+    check(out, args, torch.float32)
+
+
+def test_tma_variant_falls_back_where_tma_cannot_describe(triton_tma):
+    """Operands TMA cannot describe run the pointer kernel, correctly: a head-dim stride of 2, rows
+    of 36 fp16 elements (72 bytes: not 16-byte aligned), a base 2 bytes off alignment."""
+    gen = K.gen(8)
+    q, k, v, causal, scale = SPEC.make_inputs(shape(1, 4, 2, 40, 32, 1), torch.float16, DEVICE, gen)
+    v_strided = torch.randn(1, 2, 40, 64, generator=gen).half()[..., ::2]
+    q36, k36, v36, _, _ = SPEC.make_inputs(shape(1, 2, 1, 40, 36, 1), torch.float16, DEVICE, gen)
+    q_off = torch.randn(1 + 4 * 40 * 32, generator=gen).half()[1:].view(1, 4, 40, 32)
+    cases = [(q, k, v_strided, causal, scale), (q36, k36, v36, True, None), (q_off, k, v, False, None)]
+    for args in cases:
+        assert not all(triton_tma.tma_ok(t) for t in args[:3])
+        out, ran = _kernels_run(triton_tma, args)
+        assert ran == ["_attn_fwd"]
+        check(out, args, torch.float16)
+
+
+def test_tma_variant_config_rules(triton_mod):
+    kf = K.kernel_file("triton")
+    ok = triton_mod.valid_config
+    tma = dict(kf.config, VARIANT="tma", BLOCK_M=128, BLOCK_N=64, NUM_WARPS=8)
+    assert ok(tma) and ok(dict(tma, BLOCK_N=128, NUM_STAGES=3))
+    ws = dict(tma, NUM_WARPS=4, WARP_SPEC=True)  # a producer and two 64-row consumer warpgroups
+    assert ok(ws) and ok(dict(ws, BLOCK_N=128, NUM_STAGES=2)) and ok(dict(ws, NUM_STAGES=4))
+    assert not ok(dict(ws, NUM_WARPS=8))  # Triton 3.6 ignores the request at 8 warps
+    assert not ok(dict(ws, BLOCK_M=64)) and not ok(dict(ws, TMA_DESC="host"))
+    assert not ok(dict(ws, BLOCK_N=128, NUM_STAGES=3))  # its separate O buffer: past 227 KB
+    assert ok(dict(tma, BLOCK_M=64, NUM_WARPS=4)) and not ok(dict(tma, BLOCK_N=128, NUM_STAGES=4))  # smem
+    assert {"VARIANT", "WARP_SPEC", "TMA_DESC"} <= set(kf.structural)
+    assert kf.config["VARIANT"] == "pointer"  # the default until the H200 says otherwise
+    half = triton_mod.effective_config(dict(kf.config), "float16")
+    assert not {"WARP_SPEC", "TMA_DESC", "FP32_BLOCK_M"} & set(half) and half["VARIANT"] == "pointer"
+    assert {"WARP_SPEC", "TMA_DESC"} <= set(triton_mod.effective_config(tma, "bfloat16"))
+    assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith("FP32_")}
+
+
+_STANDALONE = r"""
+import sys
+sys.modules["autokernel"] = None  # the copied-out file must not need the package
+sys.path.insert(0, sys.argv[1])
+import torch, torch.nn.functional as F
+import fa_tma
+assert fa_tma.launch.__module__ == "fa_tma"
+gen = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, h, 50, 64, generator=gen).half() for h in (4, 2, 2))
+for desc in ("device", "host"):
+    fa_tma.TMA_DESC = desc
+    out = fa_tma.kernel_fn(q, k, v, True)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    print(desc, (out.float() - ref).abs().max().item())
+"""
+
+
+def test_tma_variant_runs_standalone(tmp_path):
+    """The starter is copied out as a self-contained file: with VARIANT "tma" it runs without the
+    autokernel package (its own launch path), both descriptor modes, under the interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    from autokernel.kernelfile import with_config
+
+    source = starter_path("flash_attention", "triton").read_text()
+    (tmp_path / "fa_tma.py").write_text(with_config(source, dict(TMA_TILES)))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, "-c", _STANDALONE, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = dict(line.split() for line in proc.stdout.strip().splitlines())
+    assert set(errors) == {"device", "host"} and all(float(e) < 1e-2 for e in errors.values()), errors
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the GPU tests compile it for real")
+def test_tma_variant_compiles_for_hopper(tmp_path):
+    """The tma variant, launched under the interpreter at the committed 16-bit tiles with its
+    launches recorded, then compiled by Triton for sm_90a and assembled by ptxas: causal and not,
+    head dims 128, 64 and 40, warp specialization off and on, descriptors built per program and on
+    the host (4-D, one [1, 1, rows, D] box a tile). Each must fit in shared memory without
+    spills, multiply on wgmma and move Q/K/V through TMA loads and O through TMA stores; the
+    warp-specialized one must really be (a producer warpgroup: 12 warps, setmaxnreg)."""
+    from autokernel.bench.gpu_compile import record_launches
+
+    pytest.importorskip("triton.backends.nvidia")
+    jobs = []
+    for ws, desc in ((False, "device"), (True, "device"), (False, "host")):
+        cfg = {"VARIANT": "tma", "WARP_SPEC": ws, "TMA_DESC": desc, "NUM_WARPS": 4 if ws else 8}
+        mod = load("triton", cfg, tmp_path)
+        assert mod.valid_config(dict(K.kernel_file("triton").config, **cfg))
+        for d, causal in ((128, 1), (64, 0), (40, 1)):
+            args = SPEC.make_inputs(shape(1, 2, 1, 256, d, causal), torch.float16, "cpu", K.gen(9))
+            with record_launches() as launches:
+                mod.kernel_fn(*args)
+            assert [rec.name for rec in launches] == ["_attn_fwd_tma"]
+            assert _host_desc_used(mod, launches[0]) == (desc == "host")
+            jobs.append(job(f"ws={ws} {desc} d={d} causal={causal}", launches[0]))
+    for r in compile_sm90(jobs, tmp_path):
+        assert "error" not in r and r["ok"], r
+        assert r["smem"] <= 227 * 1024 and r["spill"] == 0, r
+        assert r["wgmma"] > 0 and r["tma_load"] > 0 and r["tma_store"] > 0, r
+        if "ws=True" in r["label"]:
+            assert r["warps"] == 12 and r["setmaxnreg"] > 0, r
+        else:
+            assert r["warps"] == 8 and r["setmaxnreg"] == 0, r
+
+
+def test_attention_benchmark_candidates_are_valid_configs():
+    """benchmarks/attention_hopper.py: every starter candidate is a point of the search space that
+    valid_config accepts, both variants are there, and without a GPU it exits 2."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_hopper.py"
+    spec = importlib.util.spec_from_file_location("attention_hopper_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    kf = K.kernel_file("triton")
+    ok = import_kernel(kf).valid_config
+    every = bench.candidates("all")
+    assert set(every) == set(bench.candidates("pointer")) | set(bench.candidates("tma"))
+    assert {(o or {}).get("VARIANT", "pointer") for o in every.values()} == {"pointer", "tma"}
+    for label, overrides in every.items():
+        if overrides:
+            assert all(v in kf.search_space[k] for k, v in overrides.items()), label
+            assert ok(dict(kf.config, **overrides)), label
+    if not HAS_CUDA:
+        assert bench.main(["--variant", "tma"]) == 2
+
+
 # ---------------------------------------------------------------- GPU: every default shape and dtype
 
 
@@ -257,6 +460,23 @@ test_triton_gpu_default_shapes = K.correctness_test(backend="triton", shapes=SPE
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
     gpu_adversarial_and_model_layout(triton_mod, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"}, {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4},
+                                 {"VARIANT": "tma", "TMA_DESC": "host"},
+                                 {"VARIANT": "tma", "TMA_DESC": "host", "BLOCK_N": 128, "NUM_STAGES": 2}],
+                         ids=["device", "device-warp_spec", "host", "host-128x128"])
+def test_tma_variant_on_the_gpu(tmp_path, cfg):
+    """The tma variant on the card: every default and edge shape in bf16 and fp16, the adversarial
+    scales, LLaMA's transposed layout; the benchmark's B4 S4096 d128 inputs qualify for TMA."""
+    mod = load("triton", cfg, tmp_path)
+    for dtype in (torch.bfloat16, torch.float16):
+        for s in SPEC.default_shapes + SPEC.edge_shapes:
+            gpu_check(mod, s, dtype)
+        gpu_adversarial_and_model_layout(mod, dtype)
+    q, k, v, causal, _ = K.make(shape(4, 32, 32, 4096, 128, 1), torch.bfloat16, K.gen(7, "cuda"), device="cuda")
+    assert all(mod.tma_ok(t) for t in (q, k, v))
 
 
 @pytest.mark.gpu

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +19,7 @@ from autokernel.declared import effective_names
 from autokernel.kernelfile import import_kernel, read_kernel_file, with_config
 from autokernel.kernels import starter_path
 from support.kernel_cases import CPU_DTYPES, HAS_CUDA, Kernel
+from support.sm90_compile import compile_sm90, job
 
 ROOT = Path(__file__).resolve().parents[1]
 MM = Kernel("matmul")
@@ -208,51 +205,6 @@ def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
 
 # ---------------------------------------------------------------- sm_90a: every benchmark candidate
 
-COMPILE_SCRIPT = r'''
-import importlib.util, json, pickle, re, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas
-from triton.compiler import ASTSource
-
-out = []
-mods = {}
-for label, path, name, sig, consts, attrs, opts in pickle.load(open(sys.argv[1], "rb")):
-    if path not in mods:
-        spec = importlib.util.spec_from_file_location(f"sm90_{len(mods)}", path)
-        mods[path] = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mods[path]
-        spec.loader.exec_module(mods[path])
-    fn = getattr(mods[path], name)
-    names = list(fn.arg_names)
-    consts = dict(consts)
-    consts[(names.index("PROGRAMS"),)] = 132  # the H200's SMs (the interpreter ran 3 programs)
-    sig = {k: v.replace("fp16", "bf16") for k, v in sig.items()}  # what the model runs
-    attrs = {k: [["tt.divisibility", 16]] for k in attrs}
-    try:
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options=dict(opts))
-    except Exception as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        out.append({"label": label, "kernel": name, "error": lines[-1] if lines else type(e).__name__})
-        continue
-    ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    p = get_ptxas(90)
-    r = subprocess.run([getattr(p, "path", p), "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"],
-                       capture_output=True, text=True)
-    out.append({"label": label, "kernel": name, "ok": r.returncode == 0, "smem": k.metadata.shared,
-                "warps": k.metadata.num_warps,
-                "spill": sum(int(x) for x in re.findall(r"(\d+) bytes spill", r.stderr)),
-                "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-                "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared", ptx)),
-                "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global", ptx)),
-                "setmaxnreg": len(re.findall(r"setmaxnreg", ptx))})
-print(json.dumps(out))
-'''
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the benchmark compiles them for real")
 def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
@@ -277,16 +229,9 @@ def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
                 mod.kernel_fn(*kernel.make(shape, dtype, kernel.gen(45)))
             for rec in launches:
                 if "persistent" in rec.name:
-                    jobs.append((label, rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options))
+                    jobs.append(job(label, rec, programs=132))  # the H200's SMs
     assert len(jobs) == 9 + 2 + 5
-    (tmp_path / "jobs.pkl").write_bytes(pickle.dumps(jobs))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(tmp_path / "jobs.pkl")], capture_output=True,
-                          text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == len(jobs)
+    results = compile_sm90(jobs, tmp_path)
     for r in results:
         assert "error" not in r and r["ok"], r
         assert r["smem"] <= 227 * 1024 and r["tma_load"] > 0 and r["tma_store"] > 0, r

@@ -15,6 +15,26 @@ transposed views of [B,S,H,D]. Head dims that are not a power of two (or below 1
 minimum) are padded to BLOCK_D with masked loads. 16-bit inputs use the main tunables; fp32
 inputs use their own (true fp32 products: TF32 would miss the fp32 tolerance, and 4-byte tiles
 need half the shared memory per stage).
+
+VARIANT "tma" (16-bit inputs only; fp32 always runs the pointer kernel with its exact products) is
+the Hopper form of the same algorithm: Q, K, V and O tiles move through tensor descriptors
+(tl.make_tensor_descriptor, made in the kernel per (batch, head): TMA on sm_90, rows past the
+sequence end and head-dim columns past D read as zeros and are clipped on the store, so no load
+masks and non-power-of-two head dims pad for free); with TMA_DESC "host" one [B, H, S, D] descriptor
+per operand is built on the host and passed as a kernel parameter instead, so no program spends
+time writing and fencing descriptors (transposed [B,S,H,D] views keep the per-program ones: see
+_outer_first). WARP_SPEC runs the key loop as tl.range(..., warp_specialize=True): Triton's Hopper
+pass then splits a 4-warp, 128-row program into a producer warpgroup that issues the TMA loads and
+two consumer warpgroups of 64 rows each that do the wgmma and the softmax (12 warps, registers
+moved to the consumers with setmaxnreg), the overlap FlashAttention-3 builds by hand. Triton 3.6
+partitions only a kernel whose key loop is its only loop (a second loop fails its pass), so with
+WARP_SPEC the tile runs one loop over all its key blocks with the causal and sequence-end masks on
+every block; at 8 warps the request does nothing, with host descriptors the pass fails
+(valid_config allows it at 4 warps, BLOCK_M 128, TMA_DESC "device").
+Without WARP_SPEC the causal split is the pointer kernel's: blocks left of the diagonal unmasked,
+the band masked.
+Operands TMA cannot describe (an inner stride other than 1, a base or outer stride not 16-byte
+aligned, a head dim past TMA's 256-element box) run the pointer kernel.
 """
 
 import math
@@ -40,6 +60,9 @@ BLOCK_M = 128
 BLOCK_N = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
+VARIANT = "pointer"
+WARP_SPEC = False  # the "tma" variant's key loops warp-specialized (producer / consumer warps)
+TMA_DESC = "device"  # the "tma" variant's descriptors: built per program ("device") or once on the host
 
 # fp32: "ieee" products on the FMA path, or 3xTF32 (about as exact, on tensor cores).
 FP32_BLOCK_M = 64
@@ -58,7 +81,13 @@ SEARCH_SPACE = {
     "FP32_NUM_WARPS": [4, 8],
     "FP32_NUM_STAGES": [1, 2, 3],
     "FP32_PRECISION": ["ieee", "tf32x3"],
+    "VARIANT": ["pointer", "tma"],
+    "WARP_SPEC": [False, True],
+    "TMA_DESC": ["device", "host"],
 }
+
+# the tunables that switch code paths rather than sizes (the search names them in its descriptions)
+STRUCTURAL = ["VARIANT", "WARP_SPEC", "TMA_DESC", "FP32_PRECISION"]
 
 DETERMINISTIC = True  # each output row is reduced by one program in a fixed key order
 
@@ -70,13 +99,41 @@ def valid_config(cfg):
     # The causal split needs the diagonal band to start on a key-block boundary.
     if cfg["BLOCK_M"] % cfg["BLOCK_N"] or cfg["FP32_BLOCK_M"] % cfg["FP32_BLOCK_N"]:
         return False
+    warps = cfg["NUM_WARPS"]
     # q tile + pipelined k and v tiles at the largest head dim must fit in shared memory.
     half = (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"] * max(cfg["NUM_STAGES"], 1)) * MAX_HEAD_DIM * 2
+    if cfg.get("VARIANT") == "tma":
+        # TMA adds its mbarriers; the O tile staged for the TMA store reuses the K/V buffers (sm_90,
+        # Triton 3.6: 230400 bytes at 128x128, 3 stages, D 128, against 229376 for the tiles)
+        half += 1024
+        # Triton 3.6's Hopper warp specialization (checked by compiling for sm_90a) partitions a
+        # 4-warp program into a producer and two consumer warpgroups of BLOCK_M / 2 = 64 rows (the
+        # wgmma row count), 12 warps in all; at 8 warps it silently does nothing, and with host
+        # descriptors (4-D boxes reshaped to tiles) its pass fails
+        if cfg.get("WARP_SPEC"):
+            if cfg["NUM_WARPS"] != 4 or cfg["BLOCK_M"] != 128 or cfg.get("TMA_DESC", "device") != "device":
+                return False
+            warps = 2 * cfg["NUM_WARPS"]  # the two consumer warpgroups hold the tile's registers
+            # the consumers' O tiles get their own store buffer (164376 bytes at 128x64, 3 stages,
+            # D 128, against 132096 without warp specialization)
+            half += cfg["BLOCK_M"] * MAX_HEAD_DIM * 2
     single = (cfg["FP32_BLOCK_M"] + 2 * cfg["FP32_BLOCK_N"] * max(cfg["FP32_NUM_STAGES"], 1)) * MAX_HEAD_DIM * 4
     # fp32 accumulator (BLOCK_M x D) plus scores (BLOCK_M x BLOCK_N) per thread. ptxas (Triton 3.6,
     # sm_90, D=128): 96 of these -> 184 registers; 128 -> 255 without spills; 192 -> spills.
-    regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * cfg["NUM_WARPS"])
+    regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * warps)
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and regs <= 128
+
+
+def effective_config(cfg, dtype):
+    # fp32 inputs run the pointer kernel with the FP32_* tiles; 16-bit inputs the others, and
+    # WARP_SPEC matters only to the "tma" variant: the search spends no trials on unread tunables
+    if dtype == "float32":
+        unused = ["BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES", "VARIANT", "WARP_SPEC", "TMA_DESC"]
+    else:
+        unused = [k for k in cfg if k.startswith("FP32_")]
+        if cfg.get("VARIANT") != "tma":
+            unused += ["WARP_SPEC", "TMA_DESC"]
+    return {k: v for k, v in cfg.items() if k not in unused}
 
 
 @triton.jit
@@ -97,6 +154,26 @@ def _load_tile(ptrs, rows, n_rows, cols, n_cols, CHECK_ROWS: tl.constexpr, CHECK
 
 
 @triton.jit
+def _softmax_step(qk, l_i, m_i, offs_m, offs_n, seq, qk_scale, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr):
+    """One key block's online-softmax update of both kernels: the block's probabilities p
+    (exp2 of the scaled scores, log2(e) folded into qk_scale), the rescale alpha of the old
+    accumulator, and the new normalizer and row max."""
+    if BOUNDS_MASK:
+        # Scale before masking: -inf * scale can never become NaN this way.
+        keep = offs_n[None, :] < seq
+        if CAUSAL_MASK:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                  offs_m, offs_d, lo, hi, seq, qk_scale,
                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASK_D: tl.constexpr,
@@ -109,25 +186,27 @@ def _attn_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_
         k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                        offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if BOUNDS_MASK:
-            # Scale before masking: -inf * scale can never become NaN this way.
-            keep = offs_n[None, :] < seq
-            if CAUSAL_MASK:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = _softmax_step(qk, l_i, m_i, offs_m, offs_n, seq, qk_scale, CAUSAL_MASK, BOUNDS_MASK)
         v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                        offs_n, seq, offs_d, HEAD_DIM, BOUNDS_MASK, MASK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
+
+
+@triton.jit
+def _program_tile(heads, group, CAUSAL: tl.constexpr):
+    """This program's query block, batch, q head and kv head (GQA: q head h reads kv head h // group)."""
+    if CAUSAL:
+        # Heaviest query blocks (most keys) first; the light ones fill the tail of the grid.
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    off_b = (bh // heads).to(tl.int64)
+    off_h = (bh % heads).to(tl.int64)
+    return start_m, off_b, off_h, off_h // group
 
 
 @triton.jit
@@ -138,15 +217,7 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
               stride_ob, stride_oh, stride_om, stride_od,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, MASK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    if CAUSAL:
-        # Heaviest query blocks (most keys) first; the light ones fill the tail of the grid.
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    off_b = (bh // heads).to(tl.int64)
-    off_h = (bh % heads).to(tl.int64)
-    off_kv = off_h // group
+    start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_kv * stride_kh
     v_base = V + off_b * stride_vb + off_kv * stride_vh
@@ -186,11 +257,141 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m[:, None] < seq) & (offs_d[None, :] < HEAD_DIM))
 
 
+@triton.jit
+def _desc_load(desc, b, h, row, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, HOST_DESC: tl.constexpr):
+    # a host descriptor spans [B, H, S, D] (one for all programs); a device one this head's [S, D]
+    if HOST_DESC:
+        x = desc.load([b, h, row, 0]).reshape(ROWS, BLOCK_D)
+    else:
+        x = desc.load([row, 0])
+    return x
+
+
+@triton.jit
+def _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, off_b, off_kv, offs_m, lo, hi, seq, qk_scale,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+                     BOUNDS_MASK: tl.constexpr, WARP_SPEC: tl.constexpr, HOST_DESC: tl.constexpr):
+    """_attn_blocks with K and V tiles from tensor descriptors: keys past the sequence end arrive
+    as zeros, so BOUNDS_MASK still masks their scores (a zero score is not a missing key)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        k = _desc_load(k_desc, off_b, off_kv, start_n, BLOCK_N, BLOCK_D, HOST_DESC)
+        qk = tl.dot(q, k.T)
+        p, alpha, l_i, m_new = _softmax_step(qk, l_i, m_i, offs_m, start_n + offs_n0, seq, qk_scale,
+                                             CAUSAL_MASK, BOUNDS_MASK)
+        v = _desc_load(v_desc, off_b, off_kv, start_n, BLOCK_N, BLOCK_D, HOST_DESC)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
+                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                  stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WARP_SPEC: tl.constexpr,
+                  HOST_DESC: tl.constexpr):
+    """_attn_fwd through TMA. HOST_DESC: Q/K/V/O are [B, H, S, D] descriptors built on the host
+    (Triton passes them as kernel parameters: nothing to build per program); else pointers, and
+    each program builds one [seq, HEAD_DIM] descriptor per operand for its (batch, head) (kv head
+    for K and V). Either way the zero fill and the store clipping stop exactly at this head's
+    sequence end and head dim, whatever the batch and head strides."""
+    start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
+    if HOST_DESC:
+        q_desc = Q
+        k_desc = K
+        v_desc = V
+        o_desc = O
+    else:
+        q_desc = tl.make_tensor_descriptor(Q + off_b * stride_qb + off_h * stride_qh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+        k_desc = tl.make_tensor_descriptor(K + off_b * stride_kb + off_kv * stride_kh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+        v_desc = tl.make_tensor_descriptor(V + off_b * stride_vb + off_kv * stride_vh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+        o_desc = tl.make_tensor_descriptor(O + off_b * stride_ob + off_h * stride_oh, shape=[seq, HEAD_DIM],
+                                           strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    b32 = off_b.to(tl.int32)
+    h32 = off_h.to(tl.int32)
+    kv32 = off_kv.to(tl.int32)
+
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q = _desc_load(q_desc, b32, h32, m0, BLOCK_M, BLOCK_D, HOST_DESC)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if WARP_SPEC:
+        # One warp-specialized loop over every key block this tile sees, each block masked (causal
+        # and sequence end): Triton 3.6's Hopper pass partitions a kernel whose key loop is its only
+        # loop, and fails on a second one after it (or before it), so the two-stage split is off here.
+        if CAUSAL:
+            hi = tl.minimum(m0 + BLOCK_M, seq)
+        else:
+            hi = seq
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, hi, seq, qk_scale,
+                                         BLOCK_N, BLOCK_D, CAUSAL, True, True, HOST_DESC)
+    elif CAUSAL:
+        # stage 1: keys [0, m0), left of the diagonal, visible to every row: no mask
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, m0, seq, qk_scale,
+                                         BLOCK_N, BLOCK_D, False, False, False, HOST_DESC)
+        # stage 2: the diagonal band, causal mask and sequence end
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, m0,
+                                         tl.minimum(m0 + BLOCK_M, seq), seq, qk_scale,
+                                         BLOCK_N, BLOCK_D, True, True, False, HOST_DESC)
+    else:
+        n_full = (seq // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, 0, n_full, seq,
+                                         qk_scale, BLOCK_N, BLOCK_D, False, False, False, HOST_DESC)
+        if n_full < seq:
+            acc, l_i, m_i = _attn_tma_blocks(acc, l_i, m_i, q, k_desc, v_desc, b32, kv32, offs_m, n_full, seq, seq,
+                                             qk_scale, BLOCK_N, BLOCK_D, False, True, False, HOST_DESC)
+    out = (acc / l_i[:, None]).to(o_desc.dtype)
+    # rows past seq and columns past HEAD_DIM are clipped
+    if HOST_DESC:
+        o_desc.store([b32, h32, m0, 0], out.reshape(1, 1, BLOCK_M, BLOCK_D))
+    else:
+        o_desc.store([m0, 0], out)
+
+
 def _config(dtype):
     if dtype == torch.float32:
         return FP32_BLOCK_M, FP32_BLOCK_N, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
     # 16-bit inputs: tensor cores multiply them exactly; None keeps Triton's default.
     return BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, None
+
+
+def tma_ok(t):
+    """TMA can describe t's [seq, head_dim] planes: unit head-dim stride, 16-byte aligned base and
+    sequence stride, and 16-byte aligned batch / head strides where those dims are walked (a
+    [B,S,H,D]-transposed view qualifies when D * element size is a multiple of 16)."""
+    es = t.element_size()
+    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0 and (t.stride(2) * es) % 16 == 0
+            and all((t.stride(i) * es) % 16 == 0 for i in (0, 1) if t.shape[i] > 1))
+
+
+def _tma_scratch(size, alignment, stream):
+    # Device-side tensor descriptors live in a global scratch buffer Triton asks the allocator for.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _outer_first(t):
+    """t's batch, head and sequence strides do not grow inwards (dims of size 1 aside): the layout
+    a host descriptor is given. A [B,S,H,D]-transposed view (head stride below the sequence
+    stride) keeps per-program descriptors: TMA documents strides that grow outwards only."""
+    strides = [st for st, n in zip(t.stride()[:3], t.shape[:3]) if n > 1]
+    return all(a >= b for a, b in zip(strides, strides[1:]))
+
+
+def _host_desc(t, rows, block_d):
+    """A [B, H, S, D] TMA descriptor of t, one box a [rows, block_d] tile of one head. A size-1
+    dim's stride is never stepped: it is given an aligned value (TMA checks every stride)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    strides = [st if n > 1 or i == 3 else t.shape[3] * 8 for i, (st, n) in enumerate(zip(t.stride(), t.shape))]
+    return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, block_d])
 
 
 def kernel_fn(q, k, v, causal, scale=None):
@@ -207,6 +408,24 @@ def kernel_fn(q, k, v, causal, scale=None):
     block_m, block_n, warps, stages, precision = _config(q.dtype)
     block_d = max(16, next_power_of_2(D))
     grid = (cdiv(S, block_m), B * H)
+    if VARIANT == "tma" and q.dtype != torch.float32 and block_d <= 256 and \
+            tma_ok(q) and tma_ok(k) and tma_ok(v) and tma_ok(o):
+        host = TMA_DESC == "host" and _outer_first(q) and _outer_first(k) and _outer_first(v)
+        if host:
+            ins = (_host_desc(q, block_m, block_d), _host_desc(k, block_n, block_d), _host_desc(v, block_n, block_d),
+                   _host_desc(o, block_m, block_d))
+        else:
+            ins = (q, k, v, o)
+            if q.is_cuda:
+                triton.set_allocator(_tma_scratch)
+        launch(_attn_fwd_tma, grid,
+            *ins, sm_scale * 1.4426950408889634, S, H, H // Hkv,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+            WARP_SPEC=bool(WARP_SPEC), HOST_DESC=host, num_warps=warps, num_stages=stages,
+        )
+        return o
     launch(_attn_fwd, grid,
         q, k, v, o, sm_scale * 1.4426950408889634, S, H, H // Hkv,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),  # one call per tensor: host time per launch
