@@ -1,5 +1,15 @@
-"""Where the host time of a lean launch goes, on a GPU host: Triton's own launch, the lean path (autokernel/kernels/launcher.py), its parts, an output allocation and the matmul starter at 3x5x1. `python3 benchmarks/launch_parts.py` (RESULTS.md, tenth session)."""
-import statistics, time, torch, triton, triton.language as tl
+"""Where the host time of a lean launch goes, on a GPU host: Triton's own launch, the lean path
+(autokernel/kernels/launcher.py), its parts, an output allocation and the matmul starter at 3x5x1.
+
+    python3 benchmarks/launch_parts.py        (RESULTS.md, tenth session)
+"""
+import statistics
+import time
+
+import torch
+import triton
+import triton.language as tl
+
 from autokernel.kernels import launcher
 
 @triton.jit
