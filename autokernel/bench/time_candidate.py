@@ -116,8 +116,10 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
 
 def _tail_reason(t: dict) -> str | None:
     if t["tail_us"] > TAIL_SLACK_US + 0.5 * t["median_us"]:
+        probe = t.get("idle_probe_us")
+        seen = f"; the same wait with nothing running: {probe:.0f} us" if probe is not None else ""
         return (f"work was still running {t['tail_us']:.0f} us after its last timed call ended (median call "
-                f"{t['median_us']:.1f} us): work on another stream that the call never waited for")
+                f"{t['median_us']:.1f} us{seen}): work on another stream that the call never waited for")
     return None
 
 

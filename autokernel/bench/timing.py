@@ -110,6 +110,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     gc.disable()
     try:
         idle = _timed_reps(fn, args, flush, starts, ends, chosen, on_sample, refill, host_us, cycles_per_us)
+        probe_us = _idle_probe_us(cycles_per_us)
     finally:
         if gc_was_on:
             gc.enable()
@@ -117,7 +118,20 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     q = statistics.quantiles(samples_us, n=4) if len(samples_us) >= 4 else [samples_us[0], samples_us[0],
                                                                             samples_us[-1]]
     return {"median_us": statistics.median(samples_us), "iqr_us": q[2] - q[0], "reps": reps,
-            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3}
+            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3, "idle_probe_us": probe_us}
+
+
+def _idle_probe_us(cycles_per_us: float) -> float:
+    """The tail's measure taken again with nothing of the candidate's left: a short GPU sleep, an
+    event, the synchronize, the idle event. What the host alone puts between the two events (its
+    wake-up from the wait, one event record), reported beside a tail that looks like hidden work."""
+    mark, idle = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(50 * cycles_per_us))
+    mark.record()
+    torch.cuda.synchronize()
+    idle.record()
+    idle.synchronize()
+    return mark.elapsed_time(idle) * 1e3
 
 
 def _timed_reps(fn, args, flush, starts, ends, chosen, on_sample, refill, host_us, cycles_per_us):
