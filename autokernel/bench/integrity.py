@@ -154,14 +154,14 @@ class Snapshot:
                 # __warningregistry__: the warnings machinery's record in the module a warning was
                 # attributed to (a problem's Model.__init__ building nn.TransformerEncoder, L3 28)
                 new = ns.keys() - names
-                extra = [k for k in new
+                adopted = [k for k in new if dynamo_global(k, ns[k])]
+                extra = [k for k in new - set(adopted)
                          if not (modules_ok and isinstance(ns[k], types.ModuleType) and not k.startswith("__"))
-                         and not dynamo_global(k, ns[k]) and k != "__warningregistry__"]
+                         and k != "__warningregistry__"]
                 if extra:
                     return f"{label} (a new attribute {sorted(extra)[0]!r})"
                 # Dynamo's globals are adopted as they first appear: rebinding one later (its compiled
                 # code reads it: a compiled baseline made slow) is then a change like any other
-                adopted = [k for k in new if dynamo_global(k, ns[k])]
                 self._names += [(f"{label}.{k}", ns, k, ns[k]) for k in adopted]
                 self._keysets[i] = (label, ns, names | frozenset(adopted), modules_ok)
         for label, live, saved in self._data:

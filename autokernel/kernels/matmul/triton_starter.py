@@ -457,12 +457,21 @@ def _load_cols(b):
     """Columns the tile kernel may read in each row of B: N rounded up to 16 when B is row-major
     and every row, the last included, has that many columns inside B's storage (a padded buffer
     from _aligned always does); N otherwise."""
+    n = _layout_cols(b)
+    if n is not None:
+        return n
     k, n = b.shape
     n16 = cdiv(n, 16) * 16
-    if n16 == n or b.stride(1) != 1 or (k > 1 and b.stride(0) < n16):
-        return n
     end = (b.storage_offset() + (k - 1) * b.stride(0) + n16) * b.element_size()
     return n16 if end <= b.untyped_storage().nbytes() else n
+
+
+def _layout_cols(b):
+    """_load_cols where B's shape and strides alone decide it (N); None where its storage does."""
+    k, n = b.shape
+    if n % 16 == 0 or b.stride(1) != 1 or (k > 1 and b.stride(0) < cdiv(n, 16) * 16):
+        return n
+    return None
 
 
 def _gemv(a, b, c):
@@ -603,9 +612,7 @@ def _plan(a, b):
     splits, k_split = _splits(tiles, K, bk, SPLIT_K_MIN_CHUNK, SPLIT_K_BELOW_TILES)
     if copies or (splits == 1 and cfg["VARIANT"] in ("persistent", "tma")):
         return matmul_full
-    kn, nn = b.shape
-    n16 = cdiv(nn, 16) * 16
-    cols = None if (n16 != nn and b.stride(1) == 1 and (kn <= 1 or b.stride(0) >= n16)) else nn  # None: per call
+    cols = _layout_cols(b)  # None: B's storage decides, at each call
     strides = (a.stride(0), a.stride(1), b.stride(0), b.stride(1))
     meta = dict(BM=bm, BN=bn, BK=bk, GROUP=cfg["GROUP_M"], EVEN_K=(K % bk == 0), PRECISION=cfg["PRECISION"],
                 num_warps=cfg["NUM_WARPS"], num_stages=cfg["NUM_STAGES"])
