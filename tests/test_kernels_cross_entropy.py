@@ -98,6 +98,26 @@ def test_triton_all_ignored_is_nan_like_torch(triton_mod):
     assert torch.isnan(F.cross_entropy(logits, targets)) and torch.isnan(triton_mod.kernel_fn(logits, targets))
 
 
+def test_triton_repeated_calls_reuse_one_prepared_plan(tmp_path):
+    """A call's host work is done once per (shapes, strides, dtypes, device, ignore_index): repeated
+    calls on new values stay right, and other strides or another ignore_index get plans of their own."""
+    mod = load_starter("triton", None, tmp_path)
+    gen = K.gen(12)
+    logits, targets, _ = SPEC.make_inputs({"rows": 9, "vocab": 300}, torch.float16, DEVICE, gen)
+    for _ in range(3):
+        logits.normal_(generator=gen)
+        targets.random_(0, 300, generator=gen)
+        check(mod.kernel_fn(logits, targets), (logits, targets, -100), torch.float16)
+    assert len(mod._PLANS) == 1
+    targets[1] = 7
+    check(mod.kernel_fn(logits, targets, 7), (logits, targets, 7), torch.float16)
+    lt = logits.t().contiguous().t()  # same values, column-major
+    check(mod.kernel_fn(lt, targets), (lt, targets, -100), torch.float16)
+    assert len(mod._PLANS) == 3
+    empty = mod.kernel_fn(logits[:0], targets[:0])
+    assert empty.shape == () and torch.isnan(empty)
+
+
 def test_triton_is_deterministic(triton_mod):
     gen = K.gen(9)
     args = SPEC.make_inputs({"rows": 40, "vocab": 3000}, torch.bfloat16, DEVICE, gen)

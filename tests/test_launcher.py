@@ -93,3 +93,46 @@ def test_cached_launches_still_call_a_launch_hook():
     assert len(seen) == 1 and seen[0].get()["name"] == "_scale"  # a LazyDict, as Triton passes it
     torch.testing.assert_close(y, x * 3.0)
     launcher.clear()
+
+
+def test_a_prepared_launch_is_the_launch_with_its_rest_fixed():
+    n = 1000
+    x = torch.randn(n, device=_device())
+    run = launcher.Prepared(_scale, (cdiv(n, 256),), (n, 2.5), FLAG=True, BLOCK=256)
+    for _ in range(3):  # on a GPU the second call on skips the keyed lookup
+        y = torch.empty_like(x)
+        run(x, y)
+        torch.testing.assert_close(y, x * 2.5)
+    launcher.clear()
+
+
+@pytest.mark.gpu
+def test_a_prepared_launch_rekeys_when_triton_would_compile_another_kernel():
+    """The fixed-argument path compares each tensor's dtype, alignment and device with its first call's:
+    a misaligned view, another dtype or a clear() goes through the keyed launch again, and still
+    computes the right values."""
+    n = 1000
+    base = torch.randn(n + 8, device="cuda")
+    run = launcher.Prepared(_scale, (cdiv(n, 256),), (n, -1.5), FLAG=True, BLOCK=256)
+    x = base[:n]
+    for _ in range(2):
+        y = torch.empty(n, device="cuda")
+        run(x, y)
+    assert run._entry is not None  # the second call ran through the remembered kernel
+    first = run._entry[3]
+    torch.testing.assert_close(y, x * -1.5)
+    x1 = base[1:n + 1]  # 4 bytes off: not 16-byte aligned, another specialisation
+    y1 = torch.empty(n, device="cuda")
+    run(x1, y1)
+    torch.testing.assert_close(y1, x1 * -1.5)
+    assert run._entry[3] is not first
+    xh = x.half()
+    yh = torch.empty(n, device="cuda", dtype=torch.half)
+    run(xh, yh)
+    torch.testing.assert_close(yh, xh * -1.5)
+    launcher.clear()
+    assert run._entry[0] != launcher._generation  # forgotten: the next call is keyed again
+    y2 = torch.empty(n, device="cuda")
+    run(x, y2)
+    torch.testing.assert_close(y2, x * -1.5)
+    launcher.clear()

@@ -16,12 +16,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "cross_entropy"
 BACKEND = "triton"
@@ -92,20 +99,73 @@ def _ce_mean_kernel(losses_ptr, targets_ptr, out_ptr, N, stride_t, ignore_index,
     tl.store(out_ptr, total / count.to(tl.float32))
 
 
+_PLANS = {}  # (shapes, strides, dtypes, device, ignore_index) -> the call prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(logits, targets, ignore_index=-100):
+    # At the shapes of a short prompt the two launches' GPU time is a few microseconds and the host's
+    # work is the cost: block sizes, strides and the launches' fixed arguments are a function of the
+    # operands' shapes, strides, dtypes and device, worked out once per such key. Tensor subclasses
+    # (torch.compile tracing) always take the full path.
+    if type(logits) is _Tensor and type(targets) is _Tensor:
+        key = (logits.shape, logits.stride(), targets.shape, targets.stride(), logits.dtype, targets.dtype,
+               logits.get_device(), ignore_index)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(logits, targets, ignore_index)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(logits, targets)
+    return ce_full(logits, targets, ignore_index)
+
+
+def _plan(logits, targets, ignore_index):
+    """A function (logits, targets) -> the mean loss, with both launches prepared for operands like
+    these (ce_full where there is nothing to launch)."""
+    _check(logits, targets)
+    N, V = logits.shape
+    if N == 0:
+        return lambda logits, targets: ce_full(logits, targets, ignore_index)
+    block, warps, mean_block = _blocks(N, V)
+    row = Prepared(_ce_row_loss_kernel, (N,), (V, logits.stride(0), logits.stride(1), targets.stride(0),
+                                               ignore_index), BLOCK=block, num_warps=warps, num_stages=NUM_STAGES)
+    mean = Prepared(_ce_mean_kernel, (1,), (N, targets.stride(0), ignore_index),
+                    BLOCK=mean_block, num_warps=max(1, min(8, mean_block // 32)))
+    device = logits.device
+    f32 = torch.float32
+
+    def run(logits, targets):
+        losses = torch.empty((N,), device=device, dtype=f32)
+        out = torch.empty((), device=device, dtype=f32)
+        row(logits, targets, losses)
+        mean(losses, targets, out)
+        return out
+    return run
+
+
+def _check(logits, targets):
     assert logits.dim() == 2 and targets.dim() == 1 and targets.shape[0] == logits.shape[0]
+
+
+def _blocks(N, V):
+    block = min(BLOCK_V, next_power_of_2(V))
+    return block, max(1, min(NUM_WARPS, block // 32)), min(MEAN_BLOCK, next_power_of_2(N))
+
+
+def ce_full(logits, targets, ignore_index=-100):
+    """kernel_fn's every step, worked out afresh at each call."""
+    _check(logits, targets)
     N, V = logits.shape
     losses = torch.empty((N,), device=logits.device, dtype=torch.float32)
     out = torch.empty((), device=logits.device, dtype=torch.float32)
     if N == 0:
         return out.fill_(float("nan"))
-    block = min(BLOCK_V, next_power_of_2(V))
-    warps = max(1, min(NUM_WARPS, block // 32))
+    block, warps, mean_block = _blocks(N, V)
     launch(_ce_row_loss_kernel, (N,),
         logits, targets, losses, V, logits.stride(0), logits.stride(1), targets.stride(0), ignore_index,
         BLOCK=block, num_warps=warps, num_stages=NUM_STAGES,
     )
-    mean_block = min(MEAN_BLOCK, next_power_of_2(N))
     launch(_ce_mean_kernel, (1,),
         losses, targets, out, N, targets.stride(0), ignore_index,
         BLOCK=mean_block, num_warps=max(1, min(8, mean_block // 32)),

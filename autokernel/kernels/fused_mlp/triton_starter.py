@@ -24,12 +24,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "fused_mlp"
 BACKEND = "triton"
@@ -286,7 +293,7 @@ def kernel_fn(x, w_gate, w_up, w_down):
     # subclasses (torch.compile tracing) always take the full path.
     if type(x) is _Tensor and type(w_gate) is _Tensor and type(w_up) is _Tensor and type(w_down) is _Tensor:
         key = (x.shape, w_gate.shape, w_up.shape, w_down.shape, x.stride(), w_gate.stride(), w_up.stride(),
-               w_down.stride(), x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype, x.device)
+               w_down.stride(), x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype, x.get_device())
         plan = _PLANS.get(key)
         if plan is None:
             plan = _plan(x, w_gate, w_up, w_down)
@@ -316,12 +323,14 @@ def _plan(x, w_gate, w_up, w_down):
     down_meta = dict(BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, EVEN_K=(F % dbk == 0), PRECISION=precision,
                      num_warps=dw, num_stages=ds)
     dtype, device = x.dtype, x.device
+    gate_up = Prepared(_gate_up_kernel, gu_grid, gu_args, **gu_meta)
+    down = Prepared(_down_kernel, down_grid, down_args, **down_meta)
 
     def run(x, w_gate, w_up, w_down):
         h = torch.empty((T, F), device=device, dtype=dtype)
         out = torch.empty((T, D), device=device, dtype=dtype)
-        launch(_gate_up_kernel, gu_grid, x, w_gate, w_up, h, *gu_args, **gu_meta)
-        launch(_down_kernel, down_grid, h, w_down, out, *down_args, **down_meta)
+        gate_up(x, w_gate, w_up, h)
+        down(h, w_down, out)
         return out
     return run
 

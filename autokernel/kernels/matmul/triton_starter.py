@@ -59,12 +59,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
@@ -617,6 +624,26 @@ def _plan(a, b):
     meta = dict(BM=bm, BN=bn, BK=bk, GROUP=cfg["GROUP_M"], EVEN_K=(K % bk == 0), PRECISION=cfg["PRECISION"],
                 num_warps=cfg["NUM_WARPS"], num_stages=cfg["NUM_STAGES"])
     dtype, device = a.dtype, a.device
+    if cols is not None:  # every launch argument but the tensors is known: prepared launches
+        if splits > 1:
+            tile = Prepared(_matmul_tile_kernel, (tiles, 1, splits),
+                            (M, N, K, *strides, N, 1, 0, 0, 0, k_split, M * N, cols), **meta)
+            total = Prepared(_sum_splits_kernel, (cdiv(M * N, 1024),), (splits, M * N, N, N, 1), BLOCK=1024)
+
+            def run_split_prepared(a, b):
+                c = torch.empty((M, N), device=device, dtype=dtype)
+                part = torch.empty((splits, M, N), device=device, dtype=torch.float32)
+                tile(a, b, part)
+                total(part, c)
+                return c
+            return run_split_prepared
+        tile = Prepared(_matmul_tile_kernel, (tiles,), (M, N, K, *strides, N, 1, 0, 0, 0, K, 0, cols), **meta)
+
+        def run_tile_prepared(a, b):
+            c = torch.empty((M, N), device=device, dtype=dtype)
+            tile(a, b, c)
+            return c
+        return run_tile_prepared
     if splits > 1:
         sum_grid = (cdiv(M * N, 1024),)
 
