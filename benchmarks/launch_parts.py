@@ -42,11 +42,14 @@ launcher.launch(_many, (1,), *args, **meta)
 key = next(k for k in launcher._cache if k[0] == id(_many))
 compiled, tail, _kernel = launcher._cache[key]
 stream = torch.cuda.current_stream().cuda_stream
+prepared = launcher.Prepared(_many, (1,), args[3:], **meta)
+prepared(a, b, c); prepared(a, b, c)
 rows = {
     "empty plain kernel[grid]()": lambda: _empty[(1,)](x),
     "empty lean launch": lambda: launcher.launch(_empty, (1,), x),
     "18-arg plain": lambda: _many[(1,)](*args, **meta),
     "18-arg lean launch": lambda: launcher.launch(_many, (1,), *args, **meta),
+    "18-arg Prepared launch": lambda: prepared(a, b, c),
     "18-arg compiled.run only": lambda: compiled.run(1, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail),
     "signature key (18 args)": lambda: launcher._signature_key(args),
     "torch.empty((3,5)) cuda": lambda: torch.empty((3, 5), device=a.device, dtype=a.dtype),
