@@ -60,7 +60,17 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
         sampled = Sampled(spec_expected(spec, refill))
         t = timing.time_call(fn, args, device, refill=refill, on_sample=sampled.take)
         ctx.verify()
-        why = sampled.verdict() or _tail_reason(t)
+        why = sampled.verdict()
+        if not why and _tail_reason(t):
+            # A tail is hidden work, or the host stalled between the last end event and the idle one
+            # (the H200's host judged an honest rmsnorm "still running 271 us"). Timed again, hidden
+            # work shows again and a stall does not; the second timing is the one kept, so a
+            # candidate that hides work only in the first gains nothing.
+            sampled = Sampled(spec_expected(spec, refill))
+            t = timing.time_call(fn, args, device, refill=refill, on_sample=sampled.take)
+            ctx.verify()
+            why = sampled.verdict()
+        why = why or _tail_reason(t)
         if why:
             return f"{spec.shape_label(shape)}: {why}"
         e = c = None
