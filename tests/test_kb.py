@@ -444,6 +444,28 @@ def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp
     assert res.outcome == "incorrect" and "trial 2/5" in res.error, res.error
 
 
+def test_an_ill_conditioned_reference_is_reported_apart(kb_worker, tmp_path, home):
+    """Where torch's own fp32 output misses the float64 answer by more than the tolerance (a
+    cancellation here; L3 49's exp of cumulative sums on the H200), a candidate that misses torch
+    stays incorrect and the problem is marked degenerate, with the reason. A wrong candidate on a
+    well-conditioned problem is not."""
+    from autokernel.kb.problems import load_problems
+
+    body = "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n" \
+           "    def forward(self, x):\n{}\n\n\ndef get_inputs():\n    return [torch.rand(8, 64)]\n\n\n" \
+           "def get_init_inputs():\n    return []\n"
+    files = {"1_Cancel.py": "        return torch.relu((x * 1e4 + 0.1) - x * 1e4)",
+             "2_Relu.py": "        return torch.relu(x)"}
+    root = make_checkout(tmp_path / "kbill", {1: {n: "import torch\nimport torch.nn as nn\n\n\n" + body.format(f)
+                                                  for n, f in files.items()}})
+    cancel, relu = load_problems("checkout", root, level=1)
+    res = kb_worker.evaluate(cancel, solution("return kernel_fn(torch.full_like(x, 0.1))"), timeout_s=60)  # the exact 0.1
+    assert res.outcome == "incorrect", res.error
+    assert "ill-conditioned" in res.extra["degenerate"] and "float64" in res.extra["degenerate"]
+    res = kb_worker.evaluate(relu, solution("return kernel_fn(x) + 1e-3"), timeout_s=60)
+    assert res.outcome == "incorrect" and res.extra["degenerate"] is None, res.extra
+
+
 def test_crash_and_missing_modelnew_are_results(kb_worker, problems):
     res = kb_worker.evaluate(problems[1], HEADER, timeout_s=60)
     assert res.outcome == "compile_error" and "ModelNew" in res.error

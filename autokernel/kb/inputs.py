@@ -79,15 +79,19 @@ class Reference:
         self.prob, self.init, self.device, self.model_seed = prob, init, device, model_seed
         self.stateful: bool | None = None  # learnt at the first call
 
-    def outputs(self, inputs: list, earlier: Callable[[], Iterable[list]] = tuple):
+    def outputs(self, inputs: list, earlier: Callable[[], Iterable[list]] = tuple, wide: bool = False):
         """The reference's output (a tensor, or a tuple/list of them) detached, for a call on
-        `inputs` after calls on each of `earlier()` (replayed only when the forward is stateful)."""
+        `inputs` after calls on each of `earlier()` (replayed only when the forward is stateful).
+        `wide`: the same model and inputs in float64 (what the fp32 answer approximates)."""
         torch.manual_seed(self.model_seed)
         ref = self.prob.Model(*self.init).to(self.device)
+        if wide:
+            ref = ref.double()
+            inputs = _wide(inputs)
         with torch.no_grad():
             if self.stateful:
                 for args in earlier():
-                    ref(*args)
+                    ref(*(_wide(args) if wide else args))
             before = _state(ref) if self.stateful is None else None
             out = ref(*inputs)
             if before is not None:
@@ -98,6 +102,10 @@ class Reference:
         if isinstance(out, (tuple, list)):
             return type(out)(o.detach() if isinstance(o, torch.Tensor) else o for o in out)
         return out.detach() if isinstance(out, torch.Tensor) else out
+
+
+def _wide(args: list) -> list:
+    return [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
 
 
 class Inputs:
