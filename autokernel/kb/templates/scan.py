@@ -17,17 +17,22 @@ SCAN_WARPS = 4
 
 @triton.jit
 def _kb_scan_kernel(x_ptr, m_ptr, out_ptr, rows, n, sx, sm, PROD: tl.constexpr, REVERSE: tl.constexpr,
-                    HAS_MASK: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                    HAS_MASK: tl.constexpr, WIDE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     rmask = r < rows
     r64 = r.to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    # fp32 running total of the chunks already written: rounded once, when stored
+    # The running total in fp32, or in fp64 for fp32 rows (WIDE): a fp32 tree scan differs from
+    # torch's order by a few ulps of the total, and a problem that exponentiates cumulative sums
+    # (KernelBench L3 49, Mamba2's segment sums) turns that into misses at 1e-4. torch's CPU cumsum
+    # accumulates in double; wide, the difference left is torch's own rounding. The scan reads and
+    # writes memory far slower than the GPU does fp64 adds. Rounded once, when stored.
+    acc = tl.float64 if WIDE else tl.float32
     if PROD:
-        carry = tl.full([ROWS], 1.0, tl.float32)
+        carry = tl.full([ROWS], 1.0, acc)
         ident = 1.0
     else:
-        carry = tl.zeros([ROWS], tl.float32)
+        carry = tl.zeros([ROWS], acc)
         ident = 0.0
     for start in range(0, n, BLOCK):
         c = start + cols
@@ -35,9 +40,9 @@ def _kb_scan_kernel(x_ptr, m_ptr, out_ptr, rows, n, sx, sm, PROD: tl.constexpr, 
         if REVERSE:  # walk the row from its end: a reversed scan is a forward scan of the mirrored row
             c = n - 1 - c
         # out-of-row lanes hold the identity, so a chunk's last lane is always its row's running total
-        v = tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=inb, other=ident).to(tl.float32)
+        v = tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=inb, other=ident).to(acc)
         if HAS_MASK:  # x * mask fused as a prologue: the product is never written out
-            v = v * tl.load(m_ptr + r64[:, None] * sm + c[None, :], mask=inb, other=1).to(tl.float32)
+            v = v * tl.load(m_ptr + r64[:, None] * sm + c[None, :], mask=inb, other=1).to(acc)
         if PROD:
             y = tl.cumprod(v, axis=1) * carry[:, None]
         else:
@@ -59,7 +64,7 @@ def _kb_rows(t, n):
 
 def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
     """torch.cumsum / cumprod(x [* mask], dim), flipped before and after when reverse: a row scan
-    of a [rows, x.shape[dim]] matrix, fp32 accumulation, x's dtype out."""
+    of a [rows, x.shape[dim]] matrix, fp32 accumulation (fp64 for fp32 and fp64 x), x's dtype out."""
     dim = dim % x.dim()
     n = x.shape[dim]
     last = dim == x.dim() - 1
@@ -78,7 +83,8 @@ def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
     block = min(SCAN_BLOCK, next_power_of_2(n))
     per = max(1, min(SCAN_TILE // block, next_power_of_2(rows)))
     launch(_kb_scan_kernel, (cdiv(rows, per),), xr, mr, out, rows, n, xr.stride(0), mr.stride(0), PROD=prod,
-                                               REVERSE=reverse, HAS_MASK=mask is not None, ROWS=per,
+                                               REVERSE=reverse, HAS_MASK=mask is not None,
+                                               WIDE=x.dtype in (torch.float32, torch.float64), ROWS=per,
                                                BLOCK=block, num_warps=SCAN_WARPS)
     if last:
         return out
