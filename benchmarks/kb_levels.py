@@ -59,8 +59,10 @@ def row_numbers(e) -> dict:
             "error": (e.error or "")[:300] or None}
 
 
-def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, hours: float) -> dict:
-    """`kb run` on one problem with k experiments: its start's numbers and the best kept row's."""
+def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, hours: float,
+          baselines: dict | None = None) -> dict:
+    """`kb run` on one problem with k experiments: its start's numbers and the best kept row's.
+    `baselines`: the problem's eager/compile times from the baselines phase, given to its judge."""
     from autokernel.kb.runner import kb_run
 
     failed = []  # what the run only says in its events: a problem or the proposer failing
@@ -71,7 +73,8 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
 
     summary = kb_run(store, workspace, level=problem.level, ids=[problem.problem_id], source="checkout",
                      kb_path=kb_path, size="default", experiments_per_problem=k, hours=hours, agent="search",
-                     timeout_s=timeout_s, worker=worker, on_event=on_event)
+                     timeout_s=timeout_s, worker=worker, on_event=on_event,
+                     baselines={problem.kernel_name: baselines} if baselines else None)
     rows = [e for e in store.list_experiments(run_id=summary.run_id) if e.status != "abandoned"]
     base = next((e for e in rows if e.proposer == "baseline"), None)
     # after search: the fastest kept experiment; none kept, the start's own numbers stand (a second
@@ -84,6 +87,96 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
             "experiments": sum(1 for e in rows if e.proposer != "baseline"),
             "kept": sum(1 for e in rows if e.status == "kept"), "stop": summary.stop_reason,
             **({"error": "; ".join(failed)[:300]} if failed else {})}
+
+
+def needs_baselines(entry: dict) -> bool:
+    """A problem gets the harness's baselines before its start only: one whose start was judged
+    without them keeps the judge's own for its search, so that its numbers before and after the
+    search are in one frame."""
+    return not entry.get("baselines_done") and not entry.get("start_done")
+
+
+def baselines_phase(problems: list, state: dict, save, *, cache_dir: Path, workers: int,
+                    deadline_at: float | None, worker=None) -> str:
+    """The trusted harness's eager and torch.compile times of every problem in `problems` that has
+    none yet (kb/baselines.py), into state["problems"][key]["baselines"]; returns what it did.
+    On the GPU: first every reference compiled by `workers` processes side by side into the one
+    cache `cache_dir` (a problem whose compile fails records the error and gets no baselines: its
+    judge times its own, as without this phase), and only after the last compile process exited,
+    each problem timed alone by one process (the `worker` given, or a new BaselineWorker), its
+    compile a cache hit. The state is saved after every problem; nothing starts after
+    `deadline_at` (time.monotonic()); a problem whose timing was started twice without finishing
+    (a device call ended inside it) is given up like any phase of this runner."""
+    from autokernel.errors import BenchError
+    from autokernel.kb.baselines import BaselineWorker, compile_all
+
+    entries = {p.kernel_name: state["problems"].setdefault(f"L{p.level}.{p.problem_id}", {
+        "level": p.level, "id": p.problem_id, "name": p.name}) for p in problems}
+    todo = [p for p in problems if needs_baselines(entries[p.kernel_name])]
+    if not todo:
+        return "baselines: none needed"
+    late = lambda: deadline_at is not None and time.monotonic() >= deadline_at  # noqa: E731
+    if late():
+        return f"baselines: none, the deadline came first ({len(todo)} left for a later call)"
+    timer = worker or BaselineWorker(cache_dir)
+    compiled = failed = timed = 0
+    try:
+        try:
+            device = timer.info.get("device")
+        except BenchError as exc:  # the judges time their own, as without this phase
+            return f"baselines: none, the trusted process did not start ({exc.one_line()})"
+        if workers > 0 and device == "cuda" and not late():
+            def compiled_one(p, reply) -> None:
+                nonlocal compiled, failed
+                e = entries[p.kernel_name]
+                e["compile"] = {k: reply[k] for k in ("s", "cache", "error") if k in reply}
+                if "error" in reply:
+                    failed += 1
+                    e["baselines_error"] = f"compile: {reply['error']}"[:300]
+                    e["baselines_done"] = True  # its judge compiles and times its own
+                else:
+                    compiled += 1
+                save()
+                print(f"L{p.level}.{p.problem_id} compiled: {reply.get('error') or reply.get('s')}", flush=True)
+
+            t = time.monotonic()
+            compile_all(todo, cache_dir, workers, deadline=deadline_at, on_done=compiled_one)
+            print(f"baselines: {compiled} compiled, {failed} failed by {workers} processes in "
+                  f"{time.monotonic() - t:.0f} s", flush=True)
+        for p in todo:  # every compile process has exited: this process has the GPU alone
+            e = entries[p.kernel_name]
+            if e.get("baselines_done"):
+                continue
+            if late():
+                break
+            tries = e.get("baselines_tries", 0)
+            if tries >= 2:
+                e["baselines_done"], e["baselines_error"] = True, "baselines did not finish within a device call (twice)"
+                save()
+                continue
+            e["baselines_tries"] = tries + 1
+            save()
+            reply = timer.measure(p)
+            if "baselines" in reply:
+                e["baselines"] = {**reply["baselines"], "s": reply.get("s"), "cache": reply.get("cache")}
+                e.pop("baselines_error", None)
+                timed += 1
+            else:
+                e["baselines_error"] = str(reply.get("error"))[:300]
+            e["baselines_done"] = True
+            save()
+            b = e.get("baselines") or {}
+            print(f"L{p.level}.{p.problem_id} baselines: eager {_us(b.get('eager_us'))} compile "
+                  f"{_us(b.get('compile_us'))} ({reply.get('s')} s) {e.get('baselines_error') or ''}", flush=True)
+    finally:
+        if worker is None:
+            timer.close()
+    return f"baselines: {timed} timed, {compiled} compiled, {failed} failed to compile, " \
+           f"{sum(1 for p in todo if not entries[p.kernel_name].get('baselines_done'))} left for a later call"
+
+
+def _us(v) -> str:
+    return "-" if v is None else f"{v:.1f} us"
 
 
 def level_ids(spec: str, level: int) -> list[int] | None:
@@ -205,6 +298,13 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default=None, help="I/N: only every N-th problem from the I-th (one process per GPU)")
     ap.add_argument("--merge", nargs="+", default=None, help="state files of shards merged into --state first")
     ap.add_argument("--write-only", action="store_true", help="write the results from the state and stop")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="no baselines phase: every judge times its problem's eager and compile itself")
+    ap.add_argument("--compile-workers", type=int, default=None,
+                    help="processes compiling the references side by side (default: half the cores, at most 8; "
+                         "0: none, the timing process compiles each itself)")
+    ap.add_argument("--baselines-deadline", type=float, default=None,
+                    help="seconds after which the baselines phase starts nothing more (default: --deadline)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     from autokernel.kb.problems import load_problems
@@ -264,6 +364,14 @@ def main(argv=None) -> int:
     from autokernel.workspace import Workspace
 
     paths = resolve_home(home).ensure()
+    if not args.no_baselines:
+        from autokernel.kb.baselines import default_workers
+
+        limit = args.baselines_deadline if args.baselines_deadline is not None else args.deadline
+        said = baselines_phase(problems, state, save, cache_dir=Path(home) / "kb_compile_cache",
+                               workers=default_workers() if args.compile_workers is None else args.compile_workers,
+                               deadline_at=None if limit is None else t0 + limit)
+        print(said, flush=True)
     with Store(paths.db) as store, KBWorker() as worker:
         workspace = Workspace.open(paths)
         ran = 0
@@ -296,7 +404,7 @@ def main(argv=None) -> int:
                 left_h = max(0.05, ((3600.0 if args.deadline is None else args.deadline) - (t - t0)) / 3600.0)
                 try:
                     res = phase(store, workspace, worker, p, args.kb_path, 0 if name == "start" else args.experiments,
-                                args.timeout, left_h)
+                                args.timeout, left_h, baselines=e.get("baselines"))
                 except Exception as exc:  # one problem failing is a result, not the end of the level
                     res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 if name == "start":

@@ -433,6 +433,8 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path, 
     assert runner.main(common + ["--search", "none"]) == 0  # starts only: the search is left for a later call
     entry = json.loads(state.read_text())["problems"]["L1.3"]
     assert entry["start_done"] and entry["start"]["correct"] and entry["kind"] == "library"
+    # the start's judge took the eager time the baselines phase timed, and timed none itself
+    assert entry["baselines_done"] and entry["start"]["eager_us"] == entry["baselines"]["eager_us"] > 0
     assert "search_done" not in entry and "search: starts only of 3" in results.read_text()
     assert runner.main(common + ["--max-phases", "0"]) == 0
     assert "search_done" not in json.loads(state.read_text())["problems"]["L1.3"]
