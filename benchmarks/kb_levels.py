@@ -2,16 +2,47 @@
 then the loop's search experiments (`-k`) on the problems worth it, and the tables written into
 benchmarks/RESULTS.md.
 
-Per problem, in order (levels, then ids):
+First, for the problems of this call whose start is still to come, "baselines" (kb/baselines.py;
+--no-baselines leaves it out): the eager and torch.compile times of each problem's reference Model,
+measured by the trusted harness rather than in the judge's candidate process:
+  a. compile: --compile-workers processes (default half the cores, at most 8) compile the
+     references side by side, one problem per process at a time, into one inductor/Triton cache
+     under --home; nothing is timed meanwhile (GPU only: the CPU timing has no compile baseline).
+     A compile that fails (an inductor error, out of memory, a dead process) is recorded as that
+     problem's baselines_error and the runner goes on: its judge times its own, as before;
+  b. timing: once the last compile process has exited (the phases are ordered, no lock), one
+     process times each problem alone with the judge's own functions (kb/timing.py baselines_gpu:
+     same inputs and seed, COMPILE_MODE, CUDA events, L2 flushed, median, eager and compile in one
+     run, the device named), its torch.compile a hit in that cache. Kept per problem in the state
+     ("baselines"), saved after each; the judge of its start and search uses them (for the same
+     device key and compile mode only) and times no baseline itself. A problem started before
+     (an older state) keeps its judge's own baselines for its search: one frame for its numbers.
+Then per problem, in order (levels, then ids):
 1. "start": `kb run -k 0` on it: the generated start judged as KernelBench times it (correctness on
-   5 fresh inputs at fp32 1e-4, CUDA events, eager and torch.compile timed in the judge's process);
+   5 fresh inputs at fp32 1e-4, CUDA events; eager and torch.compile from the baselines phase, or
+   timed in the judge's process where there are none);
 2. "search": when the start is correct and `--search` says so (all | slower: its speed-up over
    torch.compile is below --search-below | none: left for a later call), `kb run -k K` on it; the
    best kept row is the after-search number (the start itself when nothing beat it).
+
+Where a device call's time goes, and what the baselines phase saves (an estimate from the code
+paths, to be measured on the H200): without it, every problem's first judgement in a judge
+process compiled its reference cold, serially, in the sandbox's own caches (10-40 s of CPU per
+problem, the GPU idle), then timed eager and compile (2 x 100 trials); a search in a later device
+call (a fresh judge process) paid that again. With it, the compiles of the shard run
+--compile-workers at a time (wall time about their sum / N, plus one torch import and CUDA
+context per process, once), and the timing process pays per problem only Dynamo's trace of the
+reference again and the load of the cached graph and kernels (the FX graph and AOTAutograd caches
+skip lowering, code generation and the Triton compile) before the same 2 x 100 trials; the
+judges pay nothing for baselines, in this call or a later one (the state carries the numbers).
+Per problem that is about compile x (1 - 1/N) saved, less the cache hit's own seconds: with N = 8
+and 10-40 s compiles, some 7-32 s of a start's judgement, and all of a later search's baselines.
+
 State is a JSON file written before and after every phase, so a device call that ends mid-phase
 loses only that phase: the next call (same --state) goes on where it stopped; a phase started
 twice without finishing is recorded as a timeout and skipped. --deadline S stops starting phases
-S seconds after the start of this call (leave room for the slowest phase: torch.compile of a
+S seconds after the start of this call (the baselines phase stops at --baselines-deadline, by
+default the same; leave room for the slowest phase: torch.compile of a
 level-3 network). The store lives in --home (a fresh one per call is fine: the state holds the
 numbers).
 

@@ -480,7 +480,7 @@ def test_level_script_resumes_from_the_state_folder(mini_checkout, tmp_path):
         {"args": "starts only", "problems": {"L1.9": {"level": 1, "id": 9, "name": "X", "start_done": True}}}))
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT), OUT=str(tmp_path / "out"),
                KB_PATH=str(mini_checkout), KB_STATE_DIR=str(earlier), KB_SHARD="0/2", KB_SEARCH="L1.3",
-               KB_DEADLINE="0", KB_SEARCH_DEADLINE="0")
+               KB_DEADLINE="0", KB_SEARCH_DEADLINE="0", KB_COMPILE_WORKERS="2")
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "kb_levels.sh")], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -489,6 +489,7 @@ def test_level_script_resumes_from_the_state_folder(mini_checkout, tmp_path):
     search = json.loads((tmp_path / "out" / "kb_state_search.json").read_text())
     assert list(search["problems"]) == ["L1.3"] and search["args"] == "-k 3 on all problems of L1.3"
     assert "stopped before L1.3 start" in (tmp_path / "out" / "kb_search.log").read_text()
+    assert "baselines: none, the deadline came first" in (tmp_path / "out" / "kb_starts.log").read_text()
 
 
 @pytest.mark.gpu
