@@ -2,16 +2,47 @@
 then the loop's search experiments (`-k`) on the problems worth it, and the tables written into
 benchmarks/RESULTS.md.
 
-Per problem, in order (levels, then ids):
+First, for the problems of this call whose start is still to come, "baselines" (kb/baselines.py;
+--no-baselines leaves it out): the eager and torch.compile times of each problem's reference Model,
+measured by the trusted harness rather than in the judge's candidate process:
+  a. compile: --compile-workers processes (default half the cores, at most 8) compile the
+     references side by side, one problem per process at a time, into one inductor/Triton cache
+     under --home; nothing is timed meanwhile (GPU only: the CPU timing has no compile baseline).
+     A compile that fails (an inductor error, out of memory, a dead process) is recorded as that
+     problem's baselines_error and the runner goes on: its judge times its own, as before;
+  b. timing: once the last compile process has exited (the phases are ordered, no lock), one
+     process times each problem alone with the judge's own functions (kb/timing.py baselines_gpu:
+     same inputs and seed, COMPILE_MODE, CUDA events, L2 flushed, median, eager and compile in one
+     run, the device named), its torch.compile a hit in that cache. Kept per problem in the state
+     ("baselines"), saved after each; the judge of its start and search uses them (for the same
+     device key and compile mode only) and times no baseline itself. A problem started before
+     (an older state) keeps its judge's own baselines for its search: one frame for its numbers.
+Then per problem, in order (levels, then ids):
 1. "start": `kb run -k 0` on it: the generated start judged as KernelBench times it (correctness on
-   5 fresh inputs at fp32 1e-4, CUDA events, eager and torch.compile timed in the judge's process);
+   5 fresh inputs at fp32 1e-4, CUDA events; eager and torch.compile from the baselines phase, or
+   timed in the judge's process where there are none);
 2. "search": when the start is correct and `--search` says so (all | slower: its speed-up over
    torch.compile is below --search-below | none: left for a later call), `kb run -k K` on it; the
    best kept row is the after-search number (the start itself when nothing beat it).
+
+Where a device call's time goes, and what the baselines phase saves (an estimate from the code
+paths, to be measured on the H200): without it, every problem's first judgement in a judge
+process compiled its reference cold, serially, in the sandbox's own caches (10-40 s of CPU per
+problem, the GPU idle), then timed eager and compile (2 x 100 trials); a search in a later device
+call (a fresh judge process) paid that again. With it, the compiles of the shard run
+--compile-workers at a time (wall time about their sum / N, plus one torch import and CUDA
+context per process, once), and the timing process pays per problem only Dynamo's trace of the
+reference again and the load of the cached graph and kernels (the FX graph and AOTAutograd caches
+skip lowering, code generation and the Triton compile) before the same 2 x 100 trials; the
+judges pay nothing for baselines, in this call or a later one (the state carries the numbers).
+Per problem that is about compile x (1 - 1/N) saved, less the cache hit's own seconds: with N = 8
+and 10-40 s compiles, some 7-32 s of a start's judgement, and all of a later search's baselines.
+
 State is a JSON file written before and after every phase, so a device call that ends mid-phase
 loses only that phase: the next call (same --state) goes on where it stopped; a phase started
 twice without finishing is recorded as a timeout and skipped. --deadline S stops starting phases
-S seconds after the start of this call (leave room for the slowest phase: torch.compile of a
+S seconds after the start of this call (the baselines phase stops at --baselines-deadline, by
+default the same; leave room for the slowest phase: torch.compile of a
 level-3 network). The store lives in --home (a fresh one per call is fine: the state holds the
 numbers).
 
@@ -59,8 +90,10 @@ def row_numbers(e) -> dict:
             "error": (e.error or "")[:300] or None}
 
 
-def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, hours: float) -> dict:
-    """`kb run` on one problem with k experiments: its start's numbers and the best kept row's."""
+def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, hours: float,
+          baselines: dict | None = None) -> dict:
+    """`kb run` on one problem with k experiments: its start's numbers and the best kept row's.
+    `baselines`: the problem's eager/compile times from the baselines phase, given to its judge."""
     from autokernel.kb.runner import kb_run
 
     failed = []  # what the run only says in its events: a problem or the proposer failing
@@ -71,7 +104,8 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
 
     summary = kb_run(store, workspace, level=problem.level, ids=[problem.problem_id], source="checkout",
                      kb_path=kb_path, size="default", experiments_per_problem=k, hours=hours, agent="search",
-                     timeout_s=timeout_s, worker=worker, on_event=on_event)
+                     timeout_s=timeout_s, worker=worker, on_event=on_event,
+                     baselines={problem.kernel_name: baselines} if baselines else None)
     rows = [e for e in store.list_experiments(run_id=summary.run_id) if e.status != "abandoned"]
     base = next((e for e in rows if e.proposer == "baseline"), None)
     # after search: the fastest kept experiment; none kept, the start's own numbers stand (a second
@@ -84,6 +118,96 @@ def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, 
             "experiments": sum(1 for e in rows if e.proposer != "baseline"),
             "kept": sum(1 for e in rows if e.status == "kept"), "stop": summary.stop_reason,
             **({"error": "; ".join(failed)[:300]} if failed else {})}
+
+
+def needs_baselines(entry: dict) -> bool:
+    """A problem gets the harness's baselines before its start only: one whose start was judged
+    without them keeps the judge's own for its search, so that its numbers before and after the
+    search are in one frame."""
+    return not entry.get("baselines_done") and not entry.get("start_done")
+
+
+def baselines_phase(problems: list, state: dict, save, *, cache_dir: Path, workers: int,
+                    deadline_at: float | None, worker=None) -> str:
+    """The trusted harness's eager and torch.compile times of every problem in `problems` that has
+    none yet (kb/baselines.py), into state["problems"][key]["baselines"]; returns what it did.
+    On the GPU: first every reference compiled by `workers` processes side by side into the one
+    cache `cache_dir` (a problem whose compile fails records the error and gets no baselines: its
+    judge times its own, as without this phase), and only after the last compile process exited,
+    each problem timed alone by one process (the `worker` given, or a new BaselineWorker), its
+    compile a cache hit. The state is saved after every problem; nothing starts after
+    `deadline_at` (time.monotonic()); a problem whose timing was started twice without finishing
+    (a device call ended inside it) is given up like any phase of this runner."""
+    from autokernel.errors import BenchError
+    from autokernel.kb.baselines import BaselineWorker, compile_all
+
+    entries = {p.kernel_name: state["problems"].setdefault(f"L{p.level}.{p.problem_id}", {
+        "level": p.level, "id": p.problem_id, "name": p.name}) for p in problems}
+    todo = [p for p in problems if needs_baselines(entries[p.kernel_name])]
+    if not todo:
+        return "baselines: none needed"
+    late = lambda: deadline_at is not None and time.monotonic() >= deadline_at  # noqa: E731
+    if late():
+        return f"baselines: none, the deadline came first ({len(todo)} left for a later call)"
+    timer = worker or BaselineWorker(cache_dir)
+    compiled = failed = timed = 0
+    try:
+        try:
+            device = timer.info.get("device")
+        except BenchError as exc:  # the judges time their own, as without this phase
+            return f"baselines: none, the trusted process did not start ({exc.one_line()})"
+        if workers > 0 and device == "cuda" and not late():
+            def compiled_one(p, reply) -> None:
+                nonlocal compiled, failed
+                e = entries[p.kernel_name]
+                e["compile"] = {k: reply[k] for k in ("s", "cache", "error") if k in reply}
+                if "error" in reply:
+                    failed += 1
+                    e["baselines_error"] = f"compile: {reply['error']}"[:300]
+                    e["baselines_done"] = True  # its judge compiles and times its own
+                else:
+                    compiled += 1
+                save()
+                print(f"L{p.level}.{p.problem_id} compiled: {reply.get('error') or reply.get('s')}", flush=True)
+
+            t = time.monotonic()
+            compile_all(todo, cache_dir, workers, deadline=deadline_at, on_done=compiled_one)
+            print(f"baselines: {compiled} compiled, {failed} failed by {workers} processes in "
+                  f"{time.monotonic() - t:.0f} s", flush=True)
+        for p in todo:  # every compile process has exited: this process has the GPU alone
+            e = entries[p.kernel_name]
+            if e.get("baselines_done"):
+                continue
+            if late():
+                break
+            tries = e.get("baselines_tries", 0)
+            if tries >= 2:
+                e["baselines_done"], e["baselines_error"] = True, "baselines did not finish within a device call (twice)"
+                save()
+                continue
+            e["baselines_tries"] = tries + 1
+            save()
+            reply = timer.measure(p)
+            if "baselines" in reply:
+                e["baselines"] = {**reply["baselines"], "s": reply.get("s"), "cache": reply.get("cache")}
+                e.pop("baselines_error", None)
+                timed += 1
+            else:
+                e["baselines_error"] = str(reply.get("error"))[:300]
+            e["baselines_done"] = True
+            save()
+            b = e.get("baselines") or {}
+            print(f"L{p.level}.{p.problem_id} baselines: eager {_us(b.get('eager_us'))} compile "
+                  f"{_us(b.get('compile_us'))} ({reply.get('s')} s) {e.get('baselines_error') or ''}", flush=True)
+    finally:
+        if worker is None:
+            timer.close()
+    return f"baselines: {timed} timed, {compiled} compiled, {failed} failed to compile, " \
+           f"{sum(1 for p in todo if not entries[p.kernel_name].get('baselines_done'))} left for a later call"
+
+
+def _us(v) -> str:
+    return "-" if v is None else f"{v:.1f} us"
 
 
 def level_ids(spec: str, level: int) -> list[int] | None:
@@ -205,6 +329,13 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default=None, help="I/N: only every N-th problem from the I-th (one process per GPU)")
     ap.add_argument("--merge", nargs="+", default=None, help="state files of shards merged into --state first")
     ap.add_argument("--write-only", action="store_true", help="write the results from the state and stop")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="no baselines phase: every judge times its problem's eager and compile itself")
+    ap.add_argument("--compile-workers", type=int, default=None,
+                    help="processes compiling the references side by side (default: half the cores, at most 8; "
+                         "0: none, the timing process compiles each itself)")
+    ap.add_argument("--baselines-deadline", type=float, default=None,
+                    help="seconds after which the baselines phase starts nothing more (default: --deadline)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     from autokernel.kb.problems import load_problems
@@ -264,6 +395,14 @@ def main(argv=None) -> int:
     from autokernel.workspace import Workspace
 
     paths = resolve_home(home).ensure()
+    if not args.no_baselines:
+        from autokernel.kb.baselines import default_workers
+
+        limit = args.baselines_deadline if args.baselines_deadline is not None else args.deadline
+        said = baselines_phase(problems, state, save, cache_dir=Path(home) / "kb_compile_cache",
+                               workers=default_workers() if args.compile_workers is None else args.compile_workers,
+                               deadline_at=None if limit is None else t0 + limit)
+        print(said, flush=True)
     with Store(paths.db) as store, KBWorker() as worker:
         workspace = Workspace.open(paths)
         ran = 0
@@ -296,7 +435,7 @@ def main(argv=None) -> int:
                 left_h = max(0.05, ((3600.0 if args.deadline is None else args.deadline) - (t - t0)) / 3600.0)
                 try:
                     res = phase(store, workspace, worker, p, args.kb_path, 0 if name == "start" else args.experiments,
-                                args.timeout, left_h)
+                                args.timeout, left_h, baselines=e.get("baselines"))
                 except Exception as exc:  # one problem failing is a result, not the end of the level
                     res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 if name == "start":

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # Official KernelBench levels 1-3 on one GPU within one device call, resumable over later calls
-# (benchmarks/kb_levels.py does the work):
-#   1. starts only (no search) for a spread of the levels: every N-th problem (KB_SHARD=I/N) until
-#      KB_DEADLINE seconds; the search stays open for a later call;
-#   2. the search (-k KB_K) on a few chosen problems (KB_SEARCH, e.g. L1.42,L2.76) until
-#      KB_SEARCH_DEADLINE seconds (KB_SEARCH= skips it).
+# (benchmarks/kb_levels.py does the work). Where the call's time goes, in order:
+#   1. the shard's problems (every N-th, KB_SHARD=I/N) without a start yet:
+#      a. baselines: their reference Models compiled by KB_COMPILE_WORKERS processes side by side
+#         (default half the cores, at most 8) into one inductor/Triton cache, then, after the last
+#         of them exited, eager and torch.compile timed one problem at a time by one trusted process
+#         (its compile a cache hit), each saved to the state; stops at KB_BASELINES_DEADLINE seconds
+#         (default KB_DEADLINE);
+#      b. starts only (no search), each judge using the stored baselines instead of timing its own,
+#         until KB_DEADLINE seconds; the search stays open for a later call;
+#   2. the search (-k KB_K) on a few chosen problems (KB_SEARCH, e.g. L1.42,L2.76), its own baselines
+#      first for those not started yet, until KB_SEARCH_DEADLINE seconds (KB_SEARCH= skips it).
+# What this saves per problem (estimate from the code paths, see kb_levels.py's docstring): the
+# judge's cold, serial torch.compile of the reference (10-40 s of CPU each, the GPU idle) becomes
+# 1/N of it in the parallel phase plus a cache hit in the timing process, and a later call's search
+# pays no baselines at all (they are in the state).
 # The states are written to $OUT after every phase (kb_state_I_N.json, kb_state_search.json); those of
 # an earlier call are taken from $KB_STATE_DIR (default .state) first, so copy the returned files
 # there (and carry that folder) before the next call. The tables need no GPU:
@@ -30,11 +40,14 @@ export PYTHONUNBUFFERED=1
 
 cp "$STATE_DIR"/kb_state_*.json "$OUT"/ 2>/dev/null
 command -v nvidia-smi > /dev/null && nvidia-smi -L
+CW=()  # KB_COMPILE_WORKERS unset: kb_levels.py picks from the cores
+[ -z "${KB_COMPILE_WORKERS:-}" ] || CW=(--compile-workers "$KB_COMPILE_WORKERS")
 "${RUN[@]}" --levels 1 2 3 --shard "$SHARD" --search none --state "$OUT/kb_state_${SHARD/\//_}.json" \
-    --deadline "${KB_DEADLINE:-270}" 2>&1 | tee "$OUT/kb_starts.log"
+    --deadline "${KB_DEADLINE:-270}" --baselines-deadline "${KB_BASELINES_DEADLINE:-${KB_DEADLINE:-270}}" \
+    ${CW[@]+"${CW[@]}"} 2>&1 | tee "$OUT/kb_starts.log"
 if [ -n "$SEARCH" ]; then
   "${RUN[@]}" --problems "$SEARCH" --search all -k "${KB_K:-3}" --state "$OUT/kb_state_search.json" \
-      --deadline "${KB_SEARCH_DEADLINE:-90}" 2>&1 | tee "$OUT/kb_search.log"
+      --deadline "${KB_SEARCH_DEADLINE:-90}" ${CW[@]+"${CW[@]}"} 2>&1 | tee "$OUT/kb_search.log"
 fi
 rm -f "$TABLES"
 ls -l "$OUT"

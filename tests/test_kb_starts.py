@@ -433,6 +433,8 @@ def test_level_runner_resumes_and_writes_results(home, mini_checkout, tmp_path, 
     assert runner.main(common + ["--search", "none"]) == 0  # starts only: the search is left for a later call
     entry = json.loads(state.read_text())["problems"]["L1.3"]
     assert entry["start_done"] and entry["start"]["correct"] and entry["kind"] == "library"
+    # the start's judge took the eager time the baselines phase timed, and timed none itself
+    assert entry["baselines_done"] and entry["start"]["eager_us"] == entry["baselines"]["eager_us"] > 0
     assert "search_done" not in entry and "search: starts only of 3" in results.read_text()
     assert runner.main(common + ["--max-phases", "0"]) == 0
     assert "search_done" not in json.loads(state.read_text())["problems"]["L1.3"]
@@ -478,7 +480,7 @@ def test_level_script_resumes_from_the_state_folder(mini_checkout, tmp_path):
         {"args": "starts only", "problems": {"L1.9": {"level": 1, "id": 9, "name": "X", "start_done": True}}}))
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT), OUT=str(tmp_path / "out"),
                KB_PATH=str(mini_checkout), KB_STATE_DIR=str(earlier), KB_SHARD="0/2", KB_SEARCH="L1.3",
-               KB_DEADLINE="0", KB_SEARCH_DEADLINE="0")
+               KB_DEADLINE="0", KB_SEARCH_DEADLINE="0", KB_COMPILE_WORKERS="2")
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "kb_levels.sh")], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -487,6 +489,7 @@ def test_level_script_resumes_from_the_state_folder(mini_checkout, tmp_path):
     search = json.loads((tmp_path / "out" / "kb_state_search.json").read_text())
     assert list(search["problems"]) == ["L1.3"] and search["args"] == "-k 3 on all problems of L1.3"
     assert "stopped before L1.3 start" in (tmp_path / "out" / "kb_search.log").read_text()
+    assert "baselines: none, the deadline came first" in (tmp_path / "out" / "kb_starts.log").read_text()
 
 
 @pytest.mark.gpu

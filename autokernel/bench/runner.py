@@ -58,7 +58,7 @@ class BenchWorker:
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile(prefix=self.log_prefix, suffix=".log")
         self._buf = b""
-        argv, env, self.isolation = sandboxed([self._python, "-m", self.module], self._env)
+        argv, env, self.isolation = self.launch()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, env=env, start_new_session=True, cwd=os.getcwd())
         hello = self._read_reply(self._startup_timeout)
@@ -70,6 +70,11 @@ class BenchWorker:
         if hello.get("isolation"):  # what the sandbox found from inside
             self.isolation = Isolation(True, hello["isolation"])
         self.restarts += 1
+
+    def launch(self) -> tuple[list[str], dict[str, str], Isolation]:
+        """The child's command, environment and isolation: in the sandbox where this machine has one
+        (candidates' code runs there). A child that never runs candidate code may say otherwise."""
+        return sandboxed([self._python, "-m", self.module], self._env)
 
     @property
     def info(self) -> dict[str, Any]:

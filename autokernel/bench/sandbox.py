@@ -96,7 +96,7 @@ def _enter_argv(scratch: Path, tail: list[str]) -> list[str]:
             "autokernel.bench.sandbox_enter", spec, *tail]
 
 
-def _root_env(env: dict[str, str]) -> dict[str, str]:
+def importable_env(env: dict[str, str]) -> dict[str, str]:
     """The child must import this autokernel, whatever its working directory."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(env)
@@ -117,7 +117,7 @@ def probe() -> Isolation:
 
     try:
         scratch = scratch_dir()
-        env = _root_env({**clean_env(), **scratch_env(scratch)})
+        env = importable_env({**clean_env(), **scratch_env(scratch)})
         done = subprocess.run(_enter_argv(scratch, ["--check"]), capture_output=True, env=env,
                               timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -138,7 +138,7 @@ def sandboxed(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str
     """The command and environment that run `argv` in the sandbox (when this machine has one), and
     what isolation the child gets. `env` is already scrubbed (isolation.clean_env)."""
     iso = probe()
-    env = _root_env(env)
+    env = importable_env(env)
     if not iso.sandboxed:
         return list(argv), env, iso
     scratch = scratch_dir()

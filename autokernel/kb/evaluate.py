@@ -2,7 +2,8 @@
 the bench's process machinery (BenchWorker: key-stripped environment, own process group, hard
 time limit, a crash or hang becomes a result, the child is replaced after a poisoned CUDA
 context). The eager and torch.compile baselines stay cached in the child, so they are timed live
-in the same process as every candidate. This module never imports torch.
+in the same process as every candidate, unless the caller supplies them (timed by the trusted
+harness in a process of its own: kb/baselines.py). This module never imports torch.
 
     with KBWorker() as w:
         res = w.evaluate(problem, solution_source, quick=False, timeout_s=600)   # -> BenchResult
@@ -28,9 +29,12 @@ class KBWorker(BenchWorker):
     log_prefix = "ak-kb-"
 
     def evaluate(self, problem: Problem, source: str, *, quick: bool = False, timeout_s: float = 600.0,
-                 timing: bool = True, seed: int = DEFAULT_SEED, gpu_compile: bool = False) -> BenchResult:
+                 timing: bool = True, seed: int = DEFAULT_SEED, gpu_compile: bool = False,
+                 baselines: dict | None = None) -> BenchResult:
         """Judge one ModelNew source against the problem. Never raises for a bad solution.
-        `gpu_compile`: without a GPU, a correct solution's Triton kernels must also compile for sm_90."""
+        `gpu_compile`: without a GPU, a correct solution's Triton kernels must also compile for sm_90.
+        `baselines`: the problem's eager/compile times from BaselineWorker.measure, used instead of
+        timing them in the judge (when they are for the judge's device and compile mode)."""
         from autokernel.kernelfile import parse_source
 
         t0 = time.monotonic()
@@ -42,17 +46,19 @@ class KBWorker(BenchWorker):
         payload = {"op": "kb", "problem_code": problem.code, "problem_name": problem.label(),
                    "level": problem.level, "source": source,
                    "quick": quick, "timeout_s": timeout_s, "timing": timing, "seed": seed,
-                   "gpu_compile": gpu_compile}
+                   "gpu_compile": gpu_compile, "baselines": baselines}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")
         res.duration_s = time.monotonic() - t0
         res.extra["isolation"] = self.isolation.detail
         return res
 
-    def judge_for(self, problem: Problem, gpu_compile: bool = False):
-        """A loop judge (the signature loop_experiments.Loop calls) bound to one problem."""
+    def judge_for(self, problem: Problem, gpu_compile: bool = False, baselines: dict | None = None):
+        """A loop judge (the signature loop_experiments.Loop calls) bound to one problem (and to its
+        supplied baselines, when given)."""
 
         def judge(source: str, quick: bool = False, timeout_s: float = 600.0, **_ignored) -> BenchResult:
-            return self.evaluate(problem, source, quick=quick, timeout_s=timeout_s, gpu_compile=gpu_compile)
+            return self.evaluate(problem, source, quick=quick, timeout_s=timeout_s, gpu_compile=gpu_compile,
+                                 baselines=baselines)
 
         return judge
 

@@ -172,10 +172,13 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
            hours: float | None = None, agent: str = "search", resume: bool | int = False,
            llm_model: str | None = None, provider: str | None = None, llm: LLMSettings | None = None,
            timeout_s: float = 600.0, worker=None, proposer=None, pool_options=None, pool=None,
+           baselines: dict[str, dict] | None = None,
            on_event: Callable[[LoopEvent], None] | None = None) -> KBRunSummary:
     """pool_options (pool.PoolOptions: --gpus, --workers, --ray) spread the problems over a pool of
     judges (kb/pooled.py), but one GPU (--gpus 0) is the usual run with its worker pinned there; a
-    given, started `pool` is used (and closed) instead."""
+    given, started `pool` is used (and closed) instead. `baselines`: kernel name -> the problem's
+    eager/compile times from the trusted harness (kb/baselines.py), handed to its judge so that
+    the judge does not time them (one GPU only: a pool's judges each time their own device's)."""
     from autokernel.pool import PoolOptions
 
     emit = on_event or (lambda e: None)
@@ -265,7 +268,9 @@ def kb_run(store, workspace, *, level: int | None = None, ids: list[int] | None 
                     spent = time_spent(store, run.id)
                     share = spent + max(0.0, budget_s - spent) / (len(problems) - i + 1)
                     loop = _KBLoop(store, workspace, run=run, kernels=[k], agent=agent, proposer=proposer,
-                                   judge=worker.judge_for(p, gpu_compile=proposer.writes_source), budget_s=share,
+                                   judge=worker.judge_for(p, gpu_compile=proposer.writes_source,
+                                                          baselines=(baselines or {}).get(p.kernel_name)),
+                                   budget_s=share,
                                    max_experiments=None, timeout_s=timeout_s, on_event=emit, problem=p,
                                    per_problem=experiments_per_problem)
                     loop.reconcile()

@@ -1,7 +1,9 @@
 """KernelBench timing, on the GPU (CUDA events) or, without one, by CPU wall clock (labelled):
 `time_model` times ModelNew against the eager and torch.compile baselines of the problem's Model
-(kept per problem in this worker, so every candidate meets the same live numbers) and returns why
-the candidate is a cheat, or None.
+and returns why the candidate is a cheat, or None. The baselines are either supplied with the
+request (timed by the trusted harness in a process of its own with the same functions below:
+kb/baselines.py) or, without them, timed here on first use and kept per problem in this worker, so
+every candidate meets the same live numbers.
 
 Every trial runs on the same input tensors refilled in place with the values of a new seed (outside
 the timed region), so a ModelNew that caches by address or by contents never times a cache hit.
@@ -30,7 +32,9 @@ FLAG_SPEEDUP = 10.0
 BASELINE_S = 300.0  # eager + torch.compile of the reference on a cold cache
 CPU_TIMING = "CPU wall clock under the Triton interpreter (no GPU): not GPU timings, not comparable to published numbers"
 
-_baselines: dict = {}
+SUPPLIED = "supplied: timed by the trusted harness in a process of its own (kb/baselines.py), not in the judge"
+
+_baselines: dict = {}  # (problem code, device) -> baselines_cpu / baselines_gpu, timed here on first use
 
 
 def kb_sampled(prob, init, device: str, model_seed: int, inputs: Inputs) -> Sampled:
@@ -109,14 +113,95 @@ def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, samp
 
 
 
+def timing_inputs(prob, device: str, seed: int) -> Inputs:
+    """The inputs every timing of a problem runs on (candidate and baselines alike): the judge's
+    and the trusted harness's (kb/baseline_worker.py) are the same values."""
+    return Inputs(prob, device, seed + 7919)
+
+
+def exact_fp32() -> None:
+    """No TF32 anywhere: what the judge runs under, and so what its baselines are timed under."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def baselines_cpu(prob, init, seed: int, inputs: Inputs) -> dict:
+    """The problem's eager Model by CPU wall clock (torch.compile is not timed on the CPU)."""
+    torch.manual_seed(seed)
+    ref = prob.Model(*init).to("cpu")
+    with torch.no_grad():
+        eager = time_cpu(ref, inputs)["median_us"]
+    return {"eager_us": eager, "compile_us": None, "compile_error": None}
+
+
+def baselines_gpu(prob, init, seed: int, inputs: Inputs) -> dict:
+    """The problem's eager Model and its torch.compile (COMPILE_MODE), each by time_gpu with REPS
+    trials, on the same inputs; each stage under its own BASELINE_S alarm. A compile that fails or
+    runs out of time leaves compile_us None and says why; the eager time stands."""
+    from autokernel.bench import judge as bj
+    from autokernel.bench.timing import COMPILE_MODE
+
+    bj.arm(BASELINE_S)
+    try:
+        torch.manual_seed(seed)
+        ref = prob.Model(*init).to("cuda")
+        with torch.no_grad():
+            eager = time_gpu(ref, inputs, REPS)
+        bj.disarm()
+        bj.arm(BASELINE_S)
+        try:
+            compiled = torch.compile(ref, mode=COMPILE_MODE)
+            with torch.no_grad():
+                comp = time_gpu(compiled, inputs, REPS)["median_us"]
+            comp_err = None
+        except bj.StageTimeout:
+            bj.disarm()
+            comp, comp_err = None, f"torch.compile did not finish within {BASELINE_S:.0f} s"
+        except Exception as exc:  # an inductor failure must not sink the candidate
+            bj.disarm()
+            comp, comp_err = None, f"{type(exc).__name__}: {str(exc)[:300]}"
+        del ref
+        return {"eager_us": eager["median_us"], "compile_us": comp, "compile_error": comp_err}
+    finally:
+        bj.disarm()
+
+
+def checked_supplied(supplied, env: dict) -> tuple[dict | None, str | None]:
+    """(the supplied baselines, None) when they may stand in for timing here: an eager time, taken on
+    this device (the environment's key: name, capability, torch version) under this COMPILE_MODE;
+    else (None, why not), and the judge times its own."""
+    from autokernel.bench.timing import COMPILE_MODE
+
+    if supplied is None:
+        return None, None
+    if not isinstance(supplied, dict) or not isinstance(supplied.get("eager_us"), (int, float)) \
+            or supplied["eager_us"] <= 0:
+        return None, "supplied baselines refused: no eager time in them"
+    if supplied.get("device_key") != env.get("key"):
+        return None, f"supplied baselines refused: timed on {supplied.get('device_key')!r}, judged on {env.get('key')!r}"
+    if supplied.get("compile_mode") != COMPILE_MODE:
+        return None, (f"supplied baselines refused: torch.compile mode {supplied.get('compile_mode')!r}, "
+                      f"the judge's is {COMPILE_MODE!r}")
+    return supplied, None
+
+
+def _measured_here(fresh: bool) -> str:
+    return "timed in this judgement" if fresh else "timed earlier in this judge process"
+
+
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
-               cuda: bool, stateful: bool = False) -> str | None:
+               cuda: bool, stateful: bool = False, supplied: dict | None = None) -> str | None:
     """`stateful`: the problem's Model changes with every call (the correctness trials found it),
-    so no timed output can be checked against a reference on its inputs alone; res.extra says so."""
+    so no timed output can be checked against a reference on its inputs alone; res.extra says so.
+    `supplied`: the problem's baselines as the trusted harness timed them in a process of its own
+    (kb/baselines.py; the judge checked they are for this device and COMPILE_MODE): used as they
+    are, nothing timed here, and never kept in this process's cache. Timed outside the candidate's
+    process, the candidate has no chance to disturb its own baselines (a warm-up that evicts, a
+    patched torch op, a leftover stream)."""
     from autokernel.bench import judge as bj
 
     device = "cuda" if cuda else "cpu"
-    inputs = Inputs(prob, device, seed + 7919)
+    inputs = timing_inputs(prob, device, seed)
     if stateful:
         res.extra["timed_outputs"] = STATEFUL
     if not cuda:
@@ -125,61 +210,44 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
         with torch.no_grad():
             t = time_cpu(new, inputs, sampled=sampled)
             key = (code, "cpu")
-            if key not in _baselines:
-                torch.manual_seed(seed)
-                ref = prob.Model(*init).to(device)
-                _baselines[key] = (time_cpu(ref, inputs)["median_us"], None)
-                del ref
+            fresh = supplied is None and key not in _baselines
+            if fresh:
+                _baselines[key] = baselines_cpu(prob, init, seed, inputs)
             why = sampled.verdict() if sampled is not None else None
         bj.disarm()
         if why:
             return why
+        base = supplied or _baselines[key]
+        res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
         res.latency_us, res.latency_iqr_us = t["median_us"], t["iqr_us"]
-        res.eager_us, res.compile_us = _baselines[key]
+        res.eager_us, res.compile_us = base["eager_us"], None
         res.speedup_vs_eager = res.eager_us / res.latency_us if res.latency_us else None
         res.extra["timing"] = CPU_TIMING
         res.extra["compile"] = "not timed on the CPU"
         return None
-    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify, stateful)
+    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify, stateful, supplied)
 
 
 def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool, deadline: float,
-              notify, stateful: bool) -> str | None:
+              notify, stateful: bool, supplied: dict | None) -> str | None:
     from autokernel.bench import judge as bj
     from autokernel.bench.timing import COMPILE_MODE
 
     reps = QUICK_REPS if quick else REPS
     key = (code, "cuda")
     baseline_s = 0.0  # the bench's own time: not taken from the candidate's limit
-    if key not in _baselines:
+    fresh = supplied is None and key not in _baselines
+    if fresh:
         notify({"extend_s": 2 * BASELINE_S})
         t0 = time.monotonic()
-        bj.arm(BASELINE_S)
         try:
-            torch.manual_seed(seed)
-            ref = prob.Model(*init).to("cuda")
-            with torch.no_grad():
-                eager = time_gpu(ref, inputs, REPS)
-            bj.disarm()
-            bj.arm(BASELINE_S)
-            try:
-                compiled = torch.compile(ref, mode=COMPILE_MODE)
-                with torch.no_grad():
-                    comp = time_gpu(compiled, inputs, REPS)["median_us"]
-                comp_err = None
-            except bj.StageTimeout:
-                bj.disarm()
-                comp, comp_err = None, f"torch.compile did not finish within {BASELINE_S:.0f} s"
-            except Exception as exc:  # an inductor failure must not sink the candidate
-                bj.disarm()
-                comp, comp_err = None, f"{type(exc).__name__}: {str(exc)[:300]}"
-            _baselines[key] = (eager["median_us"], comp, comp_err)
-            del ref
+            _baselines[key] = baselines_gpu(prob, init, seed, inputs)
         finally:
-            bj.disarm()
             baseline_s = time.monotonic() - t0
             notify({"extend_s": baseline_s - 2 * BASELINE_S})
-    eager_us, comp_us, comp_err = _baselines[key]
+    base = supplied or _baselines[key]
+    eager_us, comp_us, comp_err = base["eager_us"], base["compile_us"], base.get("compile_error")
+    res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
     bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
     sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():

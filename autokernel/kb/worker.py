@@ -23,7 +23,9 @@ The protocol (KernelBench's current evaluation, plus our anti-cheat):
   first discarded), the L2 flushed and the inputs refilled in place before every trial; the
   device is synchronized inside the timed region and work that finishes only after the current
   stream's end event (side streams) is refused; a few timed outputs are checked; eager and
-  torch.compile timed live in this process; speed-ups over 10x are re-timed and flagged. On a
+  torch.compile timed live in this process, or, supplied with the request (`baselines`), timed
+  by the trusted harness in a process of its own with the same functions (kb/baselines.py; used
+  only when they are for this device and compile mode); speed-ups over 10x are re-timed and flagged. On a
   machine without a GPU: correctness as above, and CPU wall-clock timing labelled as such;
 - a reference output that is constant or entirely below the tolerance marks the problem degenerate,
   as does a random one (a copy of the reference gives other values on the same inputs: dropout in
@@ -222,8 +224,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    timing.exact_fp32()
     env = bj.environment()
     res = BenchResult(kernel_type="kb", backend="triton", device=env.get("name", device), gpu_timing=False)
     res.extra.update(problem=req.get("problem_name"), interpreted=not cuda)
@@ -332,8 +333,11 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         bj.disarm()
         if req.get("timing", True):
             stage = "timing"
+            supplied, refused = timing.checked_supplied(req.get("baselines"), env)
+            if refused:
+                res.extra["baselines_refused"] = refused
             why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda,
-                                    stateful=bool(reference.stateful))
+                                    stateful=bool(reference.stateful), supplied=supplied)
             changed = CHANGED(snapshot)
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
