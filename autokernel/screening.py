@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from autokernel import objective
+from autokernel.bench.result import FLAG_SPEEDUP
 from autokernel.declared import effective, effective_names
 from autokernel.kernelfile import candidate_key, parse_source
 
 MARGIN = 1.2  # a screened candidate goes on when its time is within this factor of the best's
 SLOW = 3.0  # the report counts candidates at least this much slower than the best
 SCREEN_TIMEOUT_S = 120.0
-FLAG_SPEEDUP = 10.0  # as the bench: a speed-up over eager beyond this is for review
 JUDGED = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout", "baseline")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_kb import GOOD, LINEAR_RELU, RELU, make_checkout
+from test_kb import GOOD, LINEAR_RELU, RELU, make_checkout, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -83,6 +83,46 @@ def test_supplied_baselines_are_used_and_nothing_is_timed_in_the_judge(judge, ch
     assert res.eager_us != 12345.0 and res.eager_us > 0
     again = judge.evaluate(p, GOOD)  # and keeps them for the next candidate, as before
     assert again.extra["baselines"] == "timed earlier in this judge process" and again.eager_us == res.eager_us
+
+
+def test_supplied_baselines_rewritten_in_the_candidates_process_change_nothing(judge, checkout, measured):
+    """The child holds the supplied numbers in the candidate's process; a candidate that finds them
+    (up the stack) and inflates the eager time gains nothing: the speed-ups come from the parent's copy."""
+    rewrite = solution("""
+import sys
+f = sys._getframe()
+while f is not None:
+    for v in list(f.f_locals.values()):
+        if type(v) is dict and "eager_us" in v and "compile_mode" in v:
+            v["eager_us"] = 1e12
+    f = f.f_back
+return kernel_fn(x.contiguous())
+""")
+    supplied = dict(measured["baselines"], eager_us=12345.0)
+    res = judge.evaluate(checkout[1], rewrite, baselines=supplied)
+    if res.outcome == "correct":
+        assert res.eager_us == 12345.0 and res.speedup_vs_eager == pytest.approx(12345.0 / res.latency_us)
+        assert not res.flagged or 12345.0 > 10 * res.latency_us
+    else:  # or the judge saw its own state change: a cheat
+        assert res.outcome == "cheat", (res.outcome, res.error)
+
+
+def test_baselines_a_candidate_rewrites_in_the_judge_reach_no_later_result(judge, checkout):
+    """The child keeps the baselines it timed for the next candidates; a candidate that rewrites that
+    cache poisons nothing: the parent reports the numbers of the judgement that timed them."""
+    p = checkout[1]
+    first = judge.evaluate(p, GOOD)
+    poison = solution("""
+import sys
+for entry in sys.modules["autokernel.kb.timing"]._baselines.values():
+    entry["eager_us"] = 1e12
+return kernel_fn(x.contiguous())
+""")
+    judge.evaluate(p, poison)
+    res = judge.evaluate(p, GOOD)
+    assert res.outcome == "correct" and res.extra["baselines"] == "timed earlier in this judge process"
+    assert res.eager_us == first.eager_us < 1e11, (res.eager_us, first.eager_us)
+    assert res.speedup_vs_eager == pytest.approx(first.eager_us / res.latency_us)
 
 
 @pytest.mark.parametrize("change, words", [({"device_key": "NVIDIA H200|sm9.0|torch2.9"}, "timed on"),

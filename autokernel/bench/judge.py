@@ -35,7 +35,6 @@ from autokernel.textfmt import tail
 # Share of the candidate's time limit each stage may use at most (what is left bounds it too);
 # smoke makes the first call, which includes Triton's JIT compile or a cold CUDA extension build.
 STAGE_SHARE = {"smoke": 0.7, "shapes": 0.6, "stability": 0.4, "determinism": 0.3, "edge": 0.4}
-FLAG_SPEEDUP = 10.0
 ERROR_CHARS = 3000  # what a verdict keeps of a crash's traceback (its end)
 BASELINE_S = 240.0  # eager + torch.compile of the reference per shape, and the ceilings, on a cold cache
 

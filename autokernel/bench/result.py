@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+FLAG_SPEEDUP = 10.0  # a speed-up over eager beyond this is timed again and flagged for review, never trusted silently
+
 # Bench outcomes. "correct" is the only one a kernel can be kept with.
 CORRECT = "correct"
 INCORRECT = "incorrect"  # ran, wrong values / NaN / unwritten output / aliasing / wrong dtype...

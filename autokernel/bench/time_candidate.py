@@ -17,7 +17,8 @@ import torch
 
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
-from autokernel.bench.judge import BASELINE_S, FLAG_SPEEDUP, StageTimeout, arm, disarm
+from autokernel.bench.judge import BASELINE_S, StageTimeout, arm, disarm
+from autokernel.bench.result import FLAG_SPEEDUP
 from autokernel.bench.launches import Launches, library_reason, record_gpu
 from autokernel.bench.across_calls import Refill, Sampled, spec_expected
 from autokernel.kernels.spec import to_dtype

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import time
 
-from autokernel.bench.result import COMPILE_ERROR, BenchResult
+from autokernel.bench.result import COMPILE_ERROR, FLAG_SPEEDUP, BenchResult
 from autokernel.bench.runner import GRACE_S, BenchWorker
 from autokernel.errors import KernelFileError
 from autokernel.kb.problems import Problem
 
 DEFAULT_SEED = 42
+# where a result's baselines came from (res.extra["baselines"])
+SUPPLIED = "supplied: timed by the trusted harness in a process of its own (kb/baselines.py), not in the judge"
+TIMED_NOW = "timed in this judgement"
+TIMED_EARLIER = "timed earlier in this judge process"
 
 
 class KBWorker(BenchWorker):
@@ -27,6 +31,10 @@ class KBWorker(BenchWorker):
     module = "autokernel.kb.worker"
     label = "the KernelBench judge"
     log_prefix = "ak-kb-"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._timed: dict[str, dict] = {}  # problem code -> the baselines its child timed (see evaluate)
 
     def evaluate(self, problem: Problem, source: str, *, quick: bool = False, timeout_s: float = 600.0,
                  timing: bool = True, seed: int = DEFAULT_SEED, gpu_compile: bool = False,
@@ -50,6 +58,16 @@ class KBWorker(BenchWorker):
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), "kb", "triton")
         res.duration_s = time.monotonic() - t0
         res.extra["isolation"] = self.isolation.detail
+        # The speed-ups from numbers this process holds: the child keeps the baselines in the
+        # candidate's process, where a candidate can rewrite them (up the stack, or the child's
+        # cache that later judgements read). Supplied ones are ours; ones the child timed are
+        # taken from the judgement that timed them, before any later candidate could touch them.
+        how = res.extra.get("baselines")
+        if how == TIMED_NOW and res.eager_us:
+            self._timed[problem.code] = {"eager_us": res.eager_us, "compile_us": res.compile_us}
+        own = baselines if how == SUPPLIED else self._timed.get(problem.code) if how == TIMED_EARLIER else None
+        if own is not None and res.latency_us:
+            _own_baselines(res, own)
         return res
 
     def judge_for(self, problem: Problem, gpu_compile: bool = False, baselines: dict | None = None):
@@ -67,3 +85,13 @@ def evaluate_once(problem: Problem, source: str, **kw) -> BenchResult:
     """One-shot: a fresh judge process for one solution."""
     with KBWorker() as w:
         return w.evaluate(problem, source, **kw)
+
+
+def _own_baselines(res: BenchResult, baselines: dict) -> None:
+    """The speed-ups from this process's copy of the supplied baselines: the child had them in the
+    candidate's process, where its own copy could have been rewritten."""
+    eager, comp = baselines.get("eager_us"), baselines.get("compile_us")
+    res.eager_us, res.compile_us = eager, comp
+    res.speedup_vs_eager = eager / res.latency_us if eager else None
+    res.speedup_vs_compile = comp / res.latency_us if comp else None
+    res.flagged = bool(res.flagged) or bool(eager and res.latency_us * FLAG_SPEEDUP < eager)

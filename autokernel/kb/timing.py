@@ -22,17 +22,17 @@ import time
 import torch
 
 from autokernel.bench.across_calls import Reservoir, Sampled, choose
+from autokernel.bench.result import FLAG_SPEEDUP
+from autokernel.kb.evaluate import SUPPLIED, TIMED_EARLIER, TIMED_NOW
 from autokernel.kb.inputs import Inputs, Reference, flat, tolerance
 
 WARMUP = 3
 REPS = 100
 QUICK_REPS = 25
 SIDE_STREAM_SLACK_US = 50.0
-FLAG_SPEEDUP = 10.0
 BASELINE_S = 300.0  # eager + torch.compile of the reference on a cold cache
 CPU_TIMING = "CPU wall clock under the Triton interpreter (no GPU): not GPU timings, not comparable to published numbers"
 
-SUPPLIED = "supplied: timed by the trusted harness in a process of its own (kb/baselines.py), not in the judge"
 
 _baselines: dict = {}  # (problem code, device) -> baselines_cpu / baselines_gpu, timed here on first use
 
@@ -186,7 +186,7 @@ def checked_supplied(supplied, env: dict) -> tuple[dict | None, str | None]:
 
 
 def _measured_here(fresh: bool) -> str:
-    return "timed in this judgement" if fresh else "timed earlier in this judge process"
+    return TIMED_NOW if fresh else TIMED_EARLIER
 
 
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
@@ -208,19 +208,21 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
         bj.arm(max(1.0, deadline - time.monotonic() - 0.5))
         sampled = None if stateful else kb_sampled(prob, init, device, seed, inputs)
         with torch.no_grad():
-            t = time_cpu(new, inputs, sampled=sampled)
             key = (code, "cpu")
             fresh = supplied is None and key not in _baselines
             if fresh:
                 _baselines[key] = baselines_cpu(prob, init, seed, inputs)
+            # read before the candidate is timed, and into the result whatever its verdict (the
+            # parent keeps the numbers of the judgement that timed them: kb/evaluate.py)
+            base = supplied or _baselines[key]
+            res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
+            res.eager_us, res.compile_us = base["eager_us"], None
+            t = time_cpu(new, inputs, sampled=sampled)
             why = sampled.verdict() if sampled is not None else None
         bj.disarm()
         if why:
             return why
-        base = supplied or _baselines[key]
-        res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
         res.latency_us, res.latency_iqr_us = t["median_us"], t["iqr_us"]
-        res.eager_us, res.compile_us = base["eager_us"], None
         res.speedup_vs_eager = res.eager_us / res.latency_us if res.latency_us else None
         res.extra["timing"] = CPU_TIMING
         res.extra["compile"] = "not timed on the CPU"
@@ -248,6 +250,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     base = supplied or _baselines[key]
     eager_us, comp_us, comp_err = base["eager_us"], base["compile_us"], base.get("compile_error")
     res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
+    res.eager_us, res.compile_us = eager_us, comp_us  # in the result whatever its verdict (see time_model)
     bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
     sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
