@@ -146,6 +146,30 @@ def test_decode_config_rules(triton_decode_default):
     assert all(k in kf.search_space for k in ("DECODE_BLOCK_N", "DECODE_SPLITS", "DECODE_NUM_WARPS"))
 
 
+def test_decode_benchmark_cases_and_candidates():
+    """benchmarks/attention_hopper.py --decode: B1 and B32, kv heads 32 and 8, caches of 2048 and
+    8192, each unmasked and masked; every decode candidate is a valid point of the search space;
+    a bad --shape is a usage error, and without a GPU it exits 2."""
+    from support.benchmarks import load_benchmark
+
+    bench = load_benchmark("attention_hopper")
+    cases = bench.decode_cases(bench.DECODE_SHAPES)
+    assert len(cases) == 16 and {m for _, m in cases} == {False, True}
+    assert {(s["batch"], s["kv_heads"], s["kv_seq"]) for s, _ in cases} == \
+        {(b, hkv, sk) for b in (1, 32) for hkv in (32, 8) for sk in (2048, 8192)}
+    assert all(s["seq"] == 1 and s["heads"] == 32 and s["head_dim"] == 128 for s, _ in cases)
+    kf = K.kernel_file("triton")
+    ok = load("triton").valid_config
+    for label, overrides in bench.DECODE.items():
+        assert all(v in kf.search_space[k] for k, v in (overrides or {}).items()), label
+        assert ok(dict(kf.config, **(overrides or {}))), label
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--decode", "--shape", "1x32x32x1x128"])
+    assert exc.value.code == 2
+    if not HAS_CUDA:
+        assert bench.main(["--decode", "--shape", "1x32x8x1x128x1x2048"]) == 2
+
+
 # ---------------------------------------------------------------- spec and reference
 
 
@@ -301,3 +325,20 @@ def test_decode_on_the_gpu_against_sdpa(s):
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(out.float(), sdpa.float(), atol=2e-2, rtol=2e-2)
     check(out, (q, k, v, False, None, mask), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_cuda_starter_decode_shapes_and_masks():
+    """The CUDA starter takes the same calls (one block per head over the whole cache: correct,
+    not split): keys longer than queries with bottom-right causal, bool and additive masks, rows
+    that see no key, on both its tensor-core (bf16, d 128) and scalar (fp32, d 40) paths."""
+    mod = load("cuda")
+    gen = K.gen(18, "cuda")
+    for dtype, d in ((torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 40)):
+        for s in (shape(2, 8, 2, 1, 1000, d, 1), shape(2, 8, 2, 4, 333, d, 1), shape(1, 4, 4, 16, 16, d, 0)):
+            q, k, v, causal, scale = K.make(s, dtype, gen, device="cuda")
+            check(mod.kernel_fn(q, k, v, causal, scale), (q, k, v, causal, scale), dtype)
+            masks = _masks(s["batch"], s["heads"], s["seq"], k.shape[2], torch.Generator().manual_seed(3))
+            for mask in (masks[0].cuda(), masks[1].to("cuda", dtype)):
+                args = (q, k, v, causal, scale, mask)
+                check(mod.kernel_fn(*args), args, dtype)
