@@ -230,6 +230,35 @@ def test_decode_op_schema_and_opcheck():
         torch.testing.assert_close(op(*args), SPEC.reference(*args), atol=1e-4, rtol=1e-4)
 
 
+def test_profile_shapes_carry_the_kv_length():
+    """Profile's shapes of an attention call: kv_seq where the keys outnumber the queries, the
+    shape from before kv_seq otherwise (so stored profile rows keep their labels)."""
+    from autokernel.kernels.flash_attention.hooks import HOOKS, attention_shapes
+
+    op = HOOKS.op_shape("aten::scaled_dot_product_attention", [[2, 32, 1, 128], [2, 8, 2048, 128], [2, 8, 2048, 128]])
+    assert SPEC.shape_label(op) == "2x32x8x1x128x0x2048"
+    assert HOOKS.op_shape("aten::_scaled_dot_product_flash_attention",
+                          [[1, 4, 16, 64], [1, 4, 16, 64], [1, 4, 16, 64]]) == shape(1, 4, 4, 16, 16, 64, 0)
+    q, k = torch.empty(1, 4, 4, 16), torch.empty(1, 2, 40, 16)
+    assert attention_shapes(None, q, k, {"is_causal": True}) == [shape(1, 4, 2, 4, 40, 16, 1)]
+
+
+def test_plug_contract_is_decided_from_shapes():
+    """Which calls the plug sends to the kernel (the rest go to SDPA): q and kv of one length
+    without a mask; with a 4-D mask (or keys longer than queries) up to 16 queries; never dropout,
+    a position bias or fewer keys than queries."""
+    from autokernel.kernels.flash_attention.hooks import covers
+
+    def c(sq, sk, mask_shape=None, dropout=0.0, **kw):
+        mask = None if mask_shape is None else torch.ones(mask_shape, dtype=torch.bool)
+        return covers(torch.empty(1, 4, sq, 8), torch.empty(1, 2, sk, 8), mask, False, dropout, kw)
+
+    assert c(300, 300) and c(1, 2048) and c(16, 40) and c(1, 2048, (1, 1, 1, 2048)) and c(8, 8, (2, 4, 8, 8))
+    assert not c(17, 40) and not c(300, 300, (1, 1, 300, 300)) and not c(4, 3)
+    assert not c(1, 2048, (1, 1, 1, 4096)) and not c(4, 40, (40,)) and not c(8, 8, dropout=0.1)
+    assert not c(8, 8, position_bias=torch.zeros(1)) and c(8, 8, position_bias=None)
+
+
 # ---------------------------------------------------------------- a model decoding through it
 
 

@@ -351,12 +351,17 @@ for desc in ("device", "host"):
     out = fa_tma.kernel_fn(q, k, v, True)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
     print(desc, (out.float() - ref).abs().max().item())
+mask = torch.rand(1, 1, 1, 50, generator=gen) > 0.5  # the decode path: one query, split keys, a mask
+out = fa_tma.kernel_fn(q[:, :, -1:], k, v, False, None, mask)
+ref = F.scaled_dot_product_attention(q[:, :, -1:].float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
+print("decode", (out.float() - ref).abs().max().item())
 """
 
 
 def test_tma_variant_runs_standalone(tmp_path):
     """The starter is copied out as a self-contained file: with VARIANT "tma" it runs without the
-    autokernel package (its own launch path), both descriptor modes, under the interpreter."""
+    autokernel package (its own launch path), both descriptor modes, under the interpreter; and
+    so does its decode path."""
     import os
     import subprocess
     import sys
@@ -370,7 +375,7 @@ def test_tma_variant_runs_standalone(tmp_path):
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = dict(line.split() for line in proc.stdout.strip().splitlines())
-    assert set(errors) == {"device", "host"} and all(float(e) < 1e-2 for e in errors.values()), errors
+    assert set(errors) == {"device", "host", "decode"} and all(float(e) < 1e-2 for e in errors.values()), errors
 
 
 @pytest.mark.slow
