@@ -127,6 +127,7 @@ def test_decode_split_count_follows_the_sms(triton_decode_default):
     assert mod.decode_splits(t, 1, 100) == 6  # 2 waves of 3 interpreter SMs, one (batch, kv head)
     assert mod.decode_splits(t, 4, 100) == 2 and mod.decode_splits(t, 64, 100) == 1
     assert mod.decode_splits(t, 1, 4) == 4  # never more splits than key blocks
+    assert mod.decode_splits(t, 1, 20) == 5  # 6 wanted: 4 blocks each, so 5 (none empty)
 
 
 @pytest.fixture(scope="module")

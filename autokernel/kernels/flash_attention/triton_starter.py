@@ -495,11 +495,12 @@ def _sm_count(device_index):
 def decode_splits(t, batch_kv, n_blocks):
     """The key-range splits: DECODE_SPLITS, or enough that the B * Hkv * splits programs fill every SM
     DECODE_WAVES times (3 SMs under the interpreter, so the CPU tests split too), at most one per
-    key block."""
+    key block, and none left empty once the blocks are dealt out evenly."""
     if DECODE_SPLITS:
         return DECODE_SPLITS
     sms = _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device()) if t.is_cuda else 3
-    return max(1, min(n_blocks, cdiv(DECODE_WAVES * sms, batch_kv)))
+    splits = max(1, min(n_blocks, cdiv(DECODE_WAVES * sms, batch_kv)))
+    return cdiv(n_blocks, cdiv(n_blocks, splits))  # 9 wanted of 32 blocks: 8 splits of 4 blocks
 
 
 def _decode_mask(mask, shape):
