@@ -40,10 +40,11 @@ def test_every_starter_is_a_custom_op_that_passes_opcheck(kernel_type):
 
 def test_op_schema_is_the_reference_signature():
     sig = op_signature("flash_attention")
-    assert list(sig.parameters) == ["q", "k", "v", "causal", "scale"]
+    assert list(sig.parameters) == ["q", "k", "v", "causal", "scale", "mask"]
     op = register_source(starter_path("flash_attention").read_text())
     schema = str(op.op._schema)
-    assert "bool causal" in schema and "float? scale=None" in schema and schema.endswith("-> Tensor")
+    assert "bool causal" in schema and "float? scale=None" in schema and "Tensor? mask=None" in schema
+    assert schema.endswith("-> Tensor")
 
 
 def _compile_counting(model):
@@ -75,12 +76,13 @@ def test_tiny_llama_with_autokernel_compiles_without_graph_breaks_or_recompiles_
     assert len(graphs) == 1 and not counters["graph_break"]
     ops = {str(n.target).split(".")[1].rsplit("_", 1)[0] for n in graphs[0].graph.nodes
            if str(n.target).startswith("autokernel.")}
-    # every replaced kind of call is an AutoKernel op in the graph; attention is not: while tracing,
-    # transformers cannot drop the causal mask (it would have to look at the data), and masked calls
-    # are outside the flash_attention kernel's contract, so they stay SDPA
-    assert ops == {"rmsnorm", "rotary_embedding", "matmul", "fused_mlp"}
+    # every replaced kind of call is an AutoKernel op in the graph; attention too: while tracing,
+    # transformers cannot drop the causal mask (it would have to look at the data), and a masked call
+    # of 16 queries is the flash_attention kernel's decode path (eager mode drops the mask: prefill)
+    assert ops == {"rmsnorm", "rotary_embedding", "matmul", "fused_mlp", "flash_attention"}
     rep = handle.report
     assert rep.calls["rmsnorm"] == 5 and rep.calls["fused_mlp"] == 2  # the last eager call, counted
+    assert rep.shapes["flash_attention"] == {("1x4x2x16x16x1", "float32"): 2}
     handle.remove()
     assert "forward" not in b.model.model.norm.__dict__  # restored
     torch._dynamo.reset()

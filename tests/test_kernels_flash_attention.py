@@ -334,7 +334,7 @@ def test_tma_variant_config_rules(triton_mod):
     half = triton_mod.effective_config(dict(kf.config), "float16")
     assert not {"WARP_SPEC", "TMA_DESC", "FP32_BLOCK_M"} & set(half) and half["VARIANT"] == "pointer"
     assert {"WARP_SPEC", "TMA_DESC"} <= set(triton_mod.effective_config(tma, "bfloat16"))
-    assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith("FP32_")}
+    assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith(("FP32_", "DECODE_"))}
 
 
 _STANDALONE = r"""
@@ -351,12 +351,17 @@ for desc in ("device", "host"):
     out = fa_tma.kernel_fn(q, k, v, True)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
     print(desc, (out.float() - ref).abs().max().item())
+mask = torch.rand(1, 1, 1, 50, generator=gen) > 0.5  # the decode path: one query, split keys, a mask
+out = fa_tma.kernel_fn(q[:, :, -1:], k, v, False, None, mask)
+ref = F.scaled_dot_product_attention(q[:, :, -1:].float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True)
+print("decode", (out.float() - ref).abs().max().item())
 """
 
 
 def test_tma_variant_runs_standalone(tmp_path):
     """The starter is copied out as a self-contained file: with VARIANT "tma" it runs without the
-    autokernel package (its own launch path), both descriptor modes, under the interpreter."""
+    autokernel package (its own launch path), both descriptor modes, under the interpreter; and
+    so does its decode path."""
     import os
     import subprocess
     import sys
@@ -370,7 +375,7 @@ def test_tma_variant_runs_standalone(tmp_path):
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = dict(line.split() for line in proc.stdout.strip().splitlines())
-    assert set(errors) == {"device", "host"} and all(float(e) < 1e-2 for e in errors.values()), errors
+    assert set(errors) == {"device", "host", "decode"} and all(float(e) < 1e-2 for e in errors.values()), errors
 
 
 @pytest.mark.slow
@@ -410,13 +415,9 @@ def test_tma_variant_compiles_for_hopper(tmp_path):
 def test_attention_benchmark_candidates_are_valid_configs():
     """benchmarks/attention_hopper.py: every starter candidate is a point of the search space that
     valid_config accepts, both variants are there, and without a GPU it exits 2."""
-    import importlib.util
-    from pathlib import Path
+    from support.benchmarks import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_hopper.py"
-    spec = importlib.util.spec_from_file_location("attention_hopper_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("attention_hopper")
     kf = K.kernel_file("triton")
     ok = import_kernel(kf).valid_config
     every = bench.candidates("all")

@@ -205,7 +205,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
                                "(Triton kernels run here under the interpreter)"}
     dt = request_dtype(req, cuda)
     shapes = req.get("shapes") or (spec.default_shapes if cuda else spec.small_shapes)
-    shapes = [{k: int(s[k]) for k in spec.shape_keys} for s in shapes]
+    shapes = [spec.canonical_shape(s) for s in shapes]
     weights = req.get("weights") or [1.0] * len(shapes)
     if len(weights) != len(shapes):
         return {"bench_error": f"{len(weights)} weights for {len(shapes)} shapes"}

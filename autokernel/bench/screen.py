@@ -46,7 +46,7 @@ def screen_request(req: dict, notify=None) -> dict:
         return {"bench_error": str(exc)}
     dt = judge.request_dtype(req, cuda)
     shapes = req.get("shapes") or [spec.small_shapes[0]]
-    shape = {k: int(shapes[0][k]) for k in spec.shape_keys}
+    shape = spec.canonical_shape(shapes[0])
     timeout_s = float(req.get("timeout_s") or 120)
     res = BenchResult(kernel_type=spec.name, backend=req["backend"], dtype=dt, shape=shape,
                       device=judge.environment()["name"], gpu_timing=False)

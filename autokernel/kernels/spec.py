@@ -91,6 +91,10 @@ class KernelSpec:
     # Looser (atol, rtol) per adversarial scale and dtype, where that scale makes even an exact-
     # in-its-dtype computation err more (errors proportional to the magnitudes involved).
     scale_tolerances: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    # Keys a shape may carry beyond shape_keys, each defaulting to another key's value (flash
+    # attention's "kv_seq" to "seq"): absent, or equal to that default, a shape's label, dict and
+    # meaning are what they were before the key existed; a label lists them after shape_keys.
+    optional_keys: dict[str, str] = field(default_factory=dict)
 
     def tolerance(self, dtype: torch.dtype | str, scale: str = "normal") -> tuple[float, float]:
         name = dtype_name(dtype)
@@ -102,7 +106,22 @@ class KernelSpec:
         return self.shape_label(self.shape_of(*args)), dtype_name(t.dtype)
 
     def shape_label(self, shape: Shape) -> str:
-        return "x".join(f"{shape[k]}" for k in self.shape_keys)
+        shape = self.canonical_shape(shape)
+        keys = self.shape_keys + (tuple(self.optional_keys) if set(self.optional_keys) & set(shape) else ())
+        return "x".join(f"{self.dim(shape, k)}" for k in keys)
+
+    def dim(self, shape: Shape, key: str) -> int:
+        """shape[key], an optional key read as its default's value when the shape leaves it out."""
+        return shape[key] if key in shape else shape[self.optional_keys[key]]
+
+    def canonical_shape(self, shape: dict) -> Shape:
+        """The shape's keys as ints: every shape key, and the optional ones that differ from their
+        defaults (what stored shapes, labels and requests carry)."""
+        out = {k: int(shape[k]) for k in self.shape_keys}
+        for key, default in self.optional_keys.items():
+            if key in shape and int(shape[key]) != out[default]:
+                out[key] = int(shape[key])
+        return out
 
     def parse_shape(self, text: str) -> Shape:
         """'4096x32000' or 'rows=4096,cols=32000' -> a shape dict for this type."""
@@ -112,14 +131,19 @@ class KernelSpec:
             shape = {k: int(v) for k, v in parts.items()}
         else:
             values = [int(v) for v in text.lower().replace(",", "x").split("x") if v]
-            if len(values) != len(self.shape_keys):
+            keys = self.shape_keys + tuple(self.optional_keys)
+            if len(values) not in (len(self.shape_keys), len(keys)):
+                more = f" (or {'x'.join(keys)})" if self.optional_keys else ""
                 raise ValueError(f"{self.name} shapes have {len(self.shape_keys)} dims "
-                                 f"({'x'.join(self.shape_keys)}), got {text!r}")
-            shape = dict(zip(self.shape_keys, values))
+                                 f"({'x'.join(self.shape_keys)}){more}, got {text!r}")
+            shape = dict(zip(keys, values))
         missing = set(self.shape_keys) - set(shape)
         if missing:
             raise ValueError(f"{self.name} shape is missing {', '.join(sorted(missing))}")
-        return {k: shape[k] for k in self.shape_keys}
+        unknown = set(shape) - set(self.shape_keys) - set(self.optional_keys)
+        if unknown:
+            raise ValueError(f"{self.name} shapes have no {', '.join(sorted(unknown))}")
+        return self.canonical_shape(shape)
 
 
 def randn(shape: Sequence[int], dtype: torch.dtype, device: Any, gen: torch.Generator | None,

@@ -2,7 +2,7 @@
 record_launches), for tests that must show more than "lowers to Triton IR": each launch goes through
 Triton's whole CUDA pipeline for sm_90 (its Hopper passes: pipelining, warp specialization, TMA
 lowering) and ptxas -v for sm_90a, in a fresh process (this one has Triton in interpreter mode).
-Per launch it reports shared memory, warps, spills and counts of wgmma, TMA loads and stores and
+Per launch it reports shared memory, warps, spills and counts of wgmma, mma.sync, TMA loads and stores and
 setmaxnreg (a warp-specialized program's register split), or the compiler's last error line."""
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ for label, path, name, sig, consts, attrs, opts, programs in pickle.load(open(sy
                 "warps": k.metadata.num_warps,
                 "spill": sum(int(x) for x in re.findall(r"(\d+) bytes spill", r.stderr)),
                 "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+                "mma": len(re.findall(r"mma\.sync\.aligned", ptx)),
                 "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.[2-5]d\.shared", ptx)),
                 "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.[2-5]d\.global", ptx)),
                 "setmaxnreg": len(re.findall(r"setmaxnreg", ptx))})

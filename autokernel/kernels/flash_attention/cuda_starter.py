@@ -18,6 +18,12 @@ lanes per query row, true fp32 FMAs, K/V tiles staged as fp32 in shared memory. 
 
 GQA: q head h reads kv head h // (Hq // Hkv). Rows may be strided (transposed [B,S,H,D] views);
 a head-dim stride other than 1, or rows not 16-byte aligned on the tensor-core path, is copied.
+
+Keys longer than queries (a KV cache, Sk >= Sq) and a mask (bool: True = attend, or additive, read
+through its broadcast strides) run on both paths: causal is then bottom-right aligned (query i sees
+keys <= i + Sk - Sq), every key tile that a mask touches is masked, and a row that sees no key is
+zeros, as SDPA returns it. Decode shapes run one block per (batch, head) over the whole cache:
+correct, not a split-KV decode (the Triton starter's DECODE path is one).
 """
 
 import math
@@ -65,9 +71,27 @@ struct FaParams {
   const void* q; const void* k; const void* v; void* o;
   long long sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som;
   int heads, group, seq, head_dim;
+  int kv_seq, kv_off;  // keys (>= seq) and kv_seq - seq: query i sees keys <= i + kv_off when causal
   float scale_log2;  // softmax scale * log2(e): every exponential is one exp2
   int causal;
+  const void* mask;  // mask_kind 1: bytes (nonzero = attend); 2: additive, q's dtype; 0: none
+  long long smb, smh, smm, smn;  // the mask's element strides over (batch, head, query, key)
+  int mask_kind;
 };
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// The score of (row, key) after the mask, in log2 units; -inf where the mask forbids it. `mo` is
+// the element offset of the row's mask in this (batch, head).
+template <typename T>
+__device__ __forceinline__ float apply_mask(const FaParams& p, long long mo, int row, int key, float val) {
+  if (p.mask_kind == 0 || row >= p.seq) return val;
+  const long long off = mo + (long long)row * p.smm + (long long)key * p.smn;
+  if (p.mask_kind == 1) return static_cast<const unsigned char*>(p.mask)[off] ? val : -INFINITY;
+  return val + to_f(static_cast<const T*>(p.mask)[off]) * 1.4426950408889634f;
+}
 
 // ------------------------------------------------------------------ tensor-core path (fp16 / bf16)
 
@@ -140,13 +164,15 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
   const T* kg = static_cast<const T*>(p.k) + b * p.skb + kvh * p.skh;
   const T* vg = static_cast<const T*>(p.v) + b * p.svb + kvh * p.svh;
   T* og = static_cast<T*>(p.o) + b * p.sob + h * p.soh;
+  const long long mo = b * p.smb + h * p.smh;
   const int m0 = mblk * BM;
-  const int n_end = p.causal ? min(p.seq, m0 + BM) : p.seq;  // keys right of the diagonal never load
+  // keys right of the (bottom-right aligned) diagonal never load
+  const int n_end = p.causal ? min(p.kv_seq, m0 + BM + p.kv_off) : p.kv_seq;
   const int num_n = (n_end + BN - 1) / BN;
 
   load_tile<T, BM, D, LD, THREADS>(Qs, qg, p.sqm, m0, p.seq, tid);
-  load_tile<T, BN, D, LD, THREADS>(Ks, kg, p.skn, 0, p.seq, tid);
-  load_tile<T, BN, D, LD, THREADS>(Vs, vg, p.svn, 0, p.seq, tid);
+  load_tile<T, BN, D, LD, THREADS>(Ks, kg, p.skn, 0, p.kv_seq, tid);
+  load_tile<T, BN, D, LD, THREADS>(Vs, vg, p.svn, 0, p.kv_seq, tid);
   cp_async_commit();
 
   float o[DT][4];
@@ -159,8 +185,8 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
   for (int j = 0; j < num_n; ++j) {
     if (j + 1 < num_n) {
       const int st = (j + 1) & 1;
-      load_tile<T, BN, D, LD, THREADS>(Ks + st * BN * LD, kg, p.skn, (j + 1) * BN, p.seq, tid);
-      load_tile<T, BN, D, LD, THREADS>(Vs + st * BN * LD, vg, p.svn, (j + 1) * BN, p.seq, tid);
+      load_tile<T, BN, D, LD, THREADS>(Ks + st * BN * LD, kg, p.skn, (j + 1) * BN, p.kv_seq, tid);
+      load_tile<T, BN, D, LD, THREADS>(Vs + st * BN * LD, vg, p.svn, (j + 1) * BN, p.kv_seq, tid);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -194,7 +220,7 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
     }
 
     const int n0 = j * BN;
-    const bool need_mask = (n0 + BN > p.seq) || (p.causal && n0 + BN - 1 > m0);
+    const bool need_mask = (n0 + BN > p.kv_seq) || (p.causal && n0 + BN - 1 > m0 + p.kv_off) || p.mask_kind;
     float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -204,7 +230,8 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
         if (need_mask) {
           const int col = n0 + nt * 8 + 2 * t + (e & 1);
           const int row = e < 2 ? row0 : row1;
-          if (col >= p.seq || (p.causal && col > row)) val = -INFINITY;
+          if (col >= p.kv_seq || (p.causal && col > row + p.kv_off)) val = -INFINITY;
+          else val = apply_mask<T>(p, mo, row, col, val);
         }
         s[nt][e] = val;
         mx[e >> 1] = fmaxf(mx[e >> 1], val);
@@ -258,7 +285,8 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
     l_r[r] += __shfl_xor_sync(0xffffffff, l_r[r], 1);
     l_r[r] += __shfl_xor_sync(0xffffffff, l_r[r], 2);
   }
-  const float inv0 = 1.f / l_r[0], inv1 = 1.f / l_r[1];
+  // a row that saw no key (all masked) has o = 0 and l = 0: zeros, as SDPA returns it
+  const float inv0 = l_r[0] > 0.f ? 1.f / l_r[0] : 0.f, inv1 = l_r[1] > 0.f ? 1.f / l_r[1] : 0.f;
   #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
     const int col = dt * 8 + 2 * t;
@@ -271,9 +299,6 @@ __global__ void __launch_bounds__(WARPS * 32) fa2_fwd_mma_kernel(FaParams p) {
 
 // ------------------------------------------------------------------ scalar path (fp32, any head dim)
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
@@ -297,8 +322,9 @@ __global__ void __launch_bounds__(FP32_ROWS * 4) fa_fwd_fp32_kernel(FaParams p) 
   const T* kg = static_cast<const T*>(p.k) + b * p.skb + kvh * p.skh;
   const T* vg = static_cast<const T*>(p.v) + b * p.svb + kvh * p.svh;
   T* og = static_cast<T*>(p.o) + b * p.sob + h * p.soh;
+  const long long mo = b * p.smb + h * p.smh;
   const int m0 = mblk * ROWS, row = m0 + r;
-  const int n_end = p.causal ? min(p.seq, m0 + ROWS) : p.seq;
+  const int n_end = p.causal ? min(p.kv_seq, m0 + ROWS + p.kv_off) : p.kv_seq;
 
   float q[DPT], acc[DPT];
 #pragma unroll
@@ -312,7 +338,7 @@ __global__ void __launch_bounds__(FP32_ROWS * 4) fa_fwd_fp32_kernel(FaParams p) 
     __syncthreads();
     for (int c = tid; c < KEYS * D; c += THREADS) {
       const int key = n0 + c / D, d = c % D;
-      const bool ok = key < p.seq;
+      const bool ok = key < p.kv_seq;
       Ks[c] = ok ? to_f(kg[key * p.skn + d]) : 0.f;
       Vs[c] = ok ? to_f(vg[key * p.svn + d]) : 0.f;
     }
@@ -329,8 +355,9 @@ __global__ void __launch_bounds__(FP32_ROWS * 4) fa_fwd_fp32_kernel(FaParams p) 
       part += __shfl_xor_sync(0xffffffff, part, 1);
       part += __shfl_xor_sync(0xffffffff, part, 2);
       const int key = n0 + j;
-      if (p.causal && key > row) continue;  // lane-uniform within the quad: the shuffles are done
-      const float sv = part * p.scale_log2;
+      if (p.causal && key > row + p.kv_off) continue;  // lane-uniform within the quad: shuffles done
+      const float sv = apply_mask<T>(p, mo, row, key, part * p.scale_log2);
+      if (sv == -INFINITY) continue;  // masked: m and l stay as they are (no -inf - -inf)
       const float m_new = fmaxf(m, sv);
       const float alpha = exp2f(m - m_new), pj = exp2f(sv - m_new);
       l = l * alpha + pj;
@@ -342,7 +369,7 @@ __global__ void __launch_bounds__(FP32_ROWS * 4) fa_fwd_fp32_kernel(FaParams p) 
     }
   }
   if (row < p.seq) {
-    const float inv = 1.f / l;
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // no key seen: zeros, as SDPA returns it
 #pragma unroll
     for (int i = 0; i < DPT; ++i) {
       const int d = t + 4 * i;
@@ -404,10 +431,11 @@ static cudaError_t launch_tc(const FaParams& p, int batch, cudaStream_t stream) 
 
 // strides: 12 element strides, (batch, head, row) of q, k, v, o; the head-dim stride is 1.
 cudaError_t fa_launch(const void* q, const void* k, const void* v, void* o, const int64_t* strides,
-                      int batch, int heads, int kv_heads, int seq, int head_dim, float scale,
-                      int causal, int tensor_cores, int dtype, cudaStream_t stream) {
+                      int batch, int heads, int kv_heads, int seq, int kv_seq, int head_dim, float scale,
+                      int causal, const void* mask, const int64_t* mask_strides, int mask_kind,
+                      int tensor_cores, int dtype, cudaStream_t stream) {
   if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0) return cudaSuccess;
-  if (head_dim > 256 || kv_heads < 1 || heads % kv_heads || (long long)batch * heads > 65535)
+  if (head_dim > 256 || kv_heads < 1 || heads % kv_heads || (long long)batch * heads > 65535 || kv_seq < seq)
     return cudaErrorInvalidValue;
   FaParams p;
   p.q = q; p.k = k; p.v = v; p.o = o;
@@ -416,8 +444,11 @@ cudaError_t fa_launch(const void* q, const void* k, const void* v, void* o, cons
   p.svb = strides[6]; p.svh = strides[7]; p.svn = strides[8];
   p.sob = strides[9]; p.soh = strides[10]; p.som = strides[11];
   p.heads = heads; p.group = heads / kv_heads; p.seq = seq; p.head_dim = head_dim;
+  p.kv_seq = kv_seq; p.kv_off = kv_seq - seq;
   p.scale_log2 = scale * 1.4426950408889634f;
   p.causal = causal;
+  p.mask = mask; p.mask_kind = mask_kind;
+  p.smb = mask_strides[0]; p.smh = mask_strides[1]; p.smm = mask_strides[2]; p.smn = mask_strides[3];
   switch (dtype) {
     case 0: return launch_simple<float>(p, batch, stream);
     case 1: return tensor_cores ? launch_tc<__half>(p, batch, stream) : launch_simple<__half>(p, batch, stream);
@@ -430,8 +461,9 @@ cudaError_t fa_launch(const void* q, const void* k, const void* v, void* o, cons
 
 CPP_SRC = r"""
 cudaError_t fa_launch(const void* q, const void* k, const void* v, void* o, const int64_t* strides,
-                      int batch, int heads, int kv_heads, int seq, int head_dim, float scale,
-                      int causal, int tensor_cores, int dtype, cudaStream_t stream);
+                      int batch, int heads, int kv_heads, int seq, int kv_seq, int head_dim, float scale,
+                      int causal, const void* mask, const int64_t* mask_strides, int mask_kind,
+                      int tensor_cores, int dtype, cudaStream_t stream);
 
 static bool rows_16b_aligned(const torch::Tensor& x) {
   // cp.async moves 16-byte pieces: every row must start on a 16-byte boundary.
@@ -440,15 +472,20 @@ static bool rows_16b_aligned(const torch::Tensor& x) {
          (x.stride(1) * e) % 16 == 0 && (x.stride(2) * e) % 16 == 0;
 }
 
+// mask: [B, H, Sq, Sk] (broadcast strides allowed), uint8 (mask_kind 1) or q's dtype (2); any
+// tensor with mask_kind 0.
 torch::Tensor fa_forward(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal, double scale,
-                         int64_t dtype, int64_t stream) {
+                         torch::Tensor mask, int64_t mask_kind, int64_t dtype, int64_t stream) {
   TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda(), "flash_attention: q, k, v must be CUDA tensors");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flash_attention: q[B,Hq,S,D], k and v [B,Hkv,S,D]");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
               "flash_attention: q, k and v must share a dtype");
-  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1);
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == B && k.size(2) == S && k.size(3) == D,
-              "flash_attention: k and v must be [B,Hkv,S,D] with q's B, S and D");
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == B && Sk >= S && k.size(3) == D,
+              "flash_attention: k and v must be [B,Hkv,Sk,D] with q's B and D and Sk >= S");
+  TORCH_CHECK(mask_kind == 0 || (mask.dim() == 4 && mask.size(0) == B && mask.size(1) == H && mask.size(2) == S &&
+                                 mask.size(3) == Sk && mask.is_cuda()),
+              "flash_attention: the mask must be broadcast to [B,H,Sq,Sk] on the GPU");
   TORCH_CHECK(Hkv >= 1 && H % Hkv == 0, "flash_attention: q heads must be a multiple of kv heads");
   TORCH_CHECK(D <= 256, "flash_attention: head dims up to 256");
   TORCH_CHECK(S < (1LL << 31) && B * H <= 65535, "flash_attention: sequence or batch*heads too large");
@@ -463,9 +500,12 @@ torch::Tensor fa_forward(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool
   auto o = torch::empty({B, H, S, D}, q.options());
   const int64_t strides[12] = {q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                                v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2)};
+  const int64_t mask_strides[4] = {mask_kind ? mask.stride(0) : 0, mask_kind ? mask.stride(1) : 0,
+                                   mask_kind ? mask.stride(2) : 0, mask_kind ? mask.stride(3) : 0};
   cudaError_t err = fa_launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), strides, (int)B, (int)H,
-                              (int)Hkv, (int)S, (int)D, (float)scale, causal ? 1 : 0, tc ? 1 : 0, (int)dtype,
-                              reinterpret_cast<cudaStream_t>(stream));
+                              (int)Hkv, (int)S, (int)Sk, (int)D, (float)scale, causal ? 1 : 0,
+                              mask_kind ? mask.data_ptr() : nullptr, mask_strides, (int)mask_kind, tc ? 1 : 0,
+                              (int)dtype, reinterpret_cast<cudaStream_t>(stream));
   TORCH_CHECK(err == cudaSuccess, "flash_attention kernel launch failed: ", cudaGetErrorString(err));
   return o;
 }
@@ -475,9 +515,23 @@ FUNCTIONS = ["fa_forward"]
 DEFINES = {"NUM_WARPS": NUM_WARPS, "BLOCK_N": BLOCK_N, "FP32_ROWS": FP32_ROWS, "FP32_KEYS": FP32_KEYS}
 
 
-def kernel_fn(q, k, v, causal, scale=None):
+def _mask_arg(mask, q, k):
+    """(mask broadcast to [B, H, Sq, Sk] by its strides, kind): bytes for a bool mask, q's dtype
+    for an additive one."""
+    if mask is None:
+        return q, 0
+    if mask.dim() < 4:
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if mask.dtype == torch.bool:
+        return mask.view(torch.uint8).expand(shape), 1
+    return mask.to(q.dtype).expand(shape), 2
+
+
+def kernel_fn(q, k, v, causal, scale=None, mask=None):
     mod = load_extension("flash_attention", CUDA_SRC, CPP_SRC, FUNCTIONS, defines=DEFINES)
     sm_scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
+    m, kind = _mask_arg(mask, q, k)
     with torch.cuda.device(q.device):
-        return mod.fa_forward(q, k, v, bool(causal), sm_scale, dtype_code(q.dtype),
+        return mod.fa_forward(q, k, v, bool(causal), sm_scale, m, kind, dtype_code(q.dtype),
                               torch.cuda.current_stream(q.device).cuda_stream)

@@ -1,8 +1,10 @@
 """flash_attention in a model: the SDPA aten ops, and every attention function of transformers
 (its registry and each modeling module's eager attention) wrapped in a range (profile); plug adds
 an "autokernel" entry to transformers' attention registry (and its mask registry), selected through
-config._attn_implementation. Calls with a padding mask or with keys longer than queries (KV cache)
-go to SDPA."""
+config._attn_implementation. Calls with a mask (padding, a static cache's unfilled slots) or with
+keys longer than queries (a KV cache) take the kernel's decode path up to DECODE_MAX_Q queries;
+longer ones, dropout and position biases go to SDPA. Either way the per-shape route decides, with
+the kv length in the shape."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from autokernel.kernels.flash_attention import DECODE_MAX_Q, attention_shape
 from autokernel.kernels.hooks import Hooks, Shape, modeling_modules
 
 ATTN_NAME = "autokernel"
@@ -22,8 +25,7 @@ def attention_shapes(module: Any, q: torch.Tensor, k: torch.Tensor, kwargs: dict
     causal = kwargs.get("is_causal")
     if causal is None:
         causal = bool(getattr(module, "is_causal", False)) and q.shape[2] > 1
-    return [{"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "seq": q.shape[2],
-             "head_dim": q.shape[3], "causal": int(bool(causal))}]
+    return [attention_shape(q.shape, k.shape, causal)]
 
 
 def _ranged(ctx: Any, fn: Callable, label: str) -> Callable:
@@ -41,8 +43,7 @@ class FlashAttentionHooks(Hooks):
                 "aten::_efficient_attention_forward")
 
     def op_shape(self, op: str, shapes: list[list[int]]) -> Shape | None:
-        q, k = shapes[0], shapes[1]
-        return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "seq": q[2], "head_dim": q[3], "causal": 0}
+        return attention_shape(shapes[0], shapes[1], False)
 
     def instrument(self, ctx: Any) -> None:
         for mod in modeling_modules("eager_attention_forward"):
@@ -69,12 +70,18 @@ class FlashAttentionHooks(Hooks):
         def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                       **kwargs):
             causal = is_causal if is_causal is not None else bool(getattr(module, "is_causal", False))
-            causal = causal and query.shape[2] > 1
-            covered = attention_mask is None and key.shape[2] == query.shape[2] and not dropout
-            if not covered:
+            # as transformers' SDPA call: a mask carries the causality itself, one query sees every key
+            causal = causal and query.shape[2] > 1 and attention_mask is None
+            if causal and key.shape[2] > query.shape[2]:
+                # transformers' SDPA call drops the keys past the queries here (a static cache's
+                # unfilled slots at prefill): top-left causal, which is then the kernel's prefill
+                key, value = key[:, :, :query.shape[2]], value[:, :, :query.shape[2]]
+            if covers(query, key, attention_mask, causal, dropout, kwargs):
+                if route.pick(query, key, value, causal, scaling, attention_mask):
+                    out = route.run(query, key, value, causal, scaling, attention_mask)
+                    return out.transpose(1, 2).contiguous(), None
+            else:
                 route.not_covered()
-            if covered and route.pick(query, key, value, causal, scaling):
-                return route.run(query, key, value, causal, scaling).transpose(1, 2).contiguous(), None
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, is_causal=is_causal, **kwargs)
 
@@ -92,6 +99,20 @@ class FlashAttentionHooks(Hooks):
             cfg.__dict__["_attn_implementation_internal"] = ATTN_NAME
             stack.callback(cfg.__dict__.__setitem__, "_attn_implementation_internal", old)
         return len(configs)
+
+
+def covers(query, key, mask, causal: bool, dropout, kwargs: dict) -> bool:
+    """The kernel's contract, from shapes only (a traced call decides it once): q and kv of one
+    length without a mask, or up to DECODE_MAX_Q queries against at least as many keys with or
+    without a 4-D mask (broadcast over batch and heads, as transformers builds it)."""
+    if dropout or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None:
+        return False
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if mask is None and kv_len == q_len:
+        return True
+    if kv_len < q_len or q_len > DECODE_MAX_Q:
+        return False
+    return mask is None or (mask.dim() == 4 and mask.shape[-1] == kv_len and mask.shape[-2] in (1, q_len))
 
 
 def causal_prefill_mask(sdpa_mask: Callable) -> Callable:

@@ -35,8 +35,20 @@ Without WARP_SPEC the causal split is the pointer kernel's: blocks left of the d
 the band masked.
 Operands TMA cannot describe (an inner stride other than 1, a base or outer stride not 16-byte
 aligned, a head dim past TMA's 256-element box) run the pointer kernel.
+
+DECODE (a call with a mask, or with keys longer than queries: a KV cache; at most DECODE_MAX_Q
+queries) is split-KV attention ("flash-decoding"). One program takes every q head of one kv head
+group times the Sq queries (group * Sq rows, padded to a power of two of at least 16 so tl.dot
+applies) against one split of the key range: K and V are read once per kv head, not once per q
+head. The splits (DECODE_SPLITS, or by default enough of them that B * Hkv * splits fills every SM
+DECODE_WAVES times) write an unnormalized fp32 accumulator with its row max and normalizer each;
+a second kernel merges them (log-sum-exp rescaling) into O in the input dtype. With one split the
+first kernel writes O itself. Causal is bottom-right aligned (query i sees keys <= i + Sk - Sq);
+the mask (bool: True = attend, or additive float) is read through its broadcast strides; a row
+that sees no key comes out as zeros, as SDPA returns it.
 """
 
+import functools
 import math
 
 import torch
@@ -64,6 +76,15 @@ VARIANT = "pointer"
 WARP_SPEC = False  # the "tma" variant's key loops warp-specialized (producer / consumer warps)
 TMA_DESC = "device"  # the "tma" variant's descriptors: built per program ("device") or once on the host
 
+# decode: key blocks per step, the key-range splits per (batch, kv head) (0: DECODE_WAVES programs
+# per SM in all), warps and pipeline stages of the split kernel
+DECODE_BLOCK_N = 64
+DECODE_SPLITS = 0
+DECODE_WAVES = 2
+DECODE_NUM_WARPS = 4
+DECODE_NUM_STAGES = 2
+DECODE_MAX_Q = 16  # the most queries a call with a mask or a longer KV may have (the contract)
+
 # fp32: "ieee" products on the FMA path, or 3xTF32 (about as exact, on tensor cores).
 FP32_BLOCK_M = 64
 FP32_BLOCK_N = 32
@@ -84,6 +105,11 @@ SEARCH_SPACE = {
     "VARIANT": ["pointer", "tma"],
     "WARP_SPEC": [False, True],
     "TMA_DESC": ["device", "host"],
+    "DECODE_BLOCK_N": [16, 32, 64, 128, 256],
+    "DECODE_SPLITS": [0, 1, 2, 4, 8, 16, 32],
+    "DECODE_WAVES": [1, 2, 4, 8],
+    "DECODE_NUM_WARPS": [1, 2, 4, 8],
+    "DECODE_NUM_STAGES": [1, 2, 3, 4],
 }
 
 # the tunables that switch code paths rather than sizes (the search names them in its descriptions)
@@ -118,6 +144,10 @@ def valid_config(cfg):
             # D 128, against 132096 without warp specialization)
             half += cfg["BLOCK_M"] * MAX_HEAD_DIM * 2
     single = (cfg["FP32_BLOCK_M"] + 2 * cfg["FP32_BLOCK_N"] * max(cfg["FP32_NUM_STAGES"], 1)) * MAX_HEAD_DIM * 4
+    # decode: a 64-row tile (a GQA group of 4 x 16 queries) and its pipelined fp32 K/V blocks
+    decode = (64 + 2 * cfg.get("DECODE_BLOCK_N", 64) * max(cfg.get("DECODE_NUM_STAGES", 1), 1)) * MAX_HEAD_DIM * 4
+    if decode > SMEM_LIMIT:
+        return False
     # fp32 accumulator (BLOCK_M x D) plus scores (BLOCK_M x BLOCK_N) per thread. ptxas (Triton 3.6,
     # sm_90, D=128): 96 of these -> 184 registers; 128 -> 255 without spills; 192 -> spills.
     regs = cfg["BLOCK_M"] * (MAX_HEAD_DIM + cfg["BLOCK_N"]) // (32 * warps)
@@ -133,6 +163,8 @@ def effective_config(cfg, dtype):
         unused = [k for k in cfg if k.startswith("FP32_")]
         if cfg.get("VARIANT") != "tma":
             unused += ["WARP_SPEC", "TMA_DESC"]
+    if cfg.get("DECODE_SPLITS"):
+        unused.append("DECODE_WAVES")  # a fixed split count: the SM count is not asked
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
@@ -356,6 +388,162 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
         o_desc.store([m0, 0], out)
 
 
+# ---------------------------------------------------------------- decode: split-KV attention
+
+
+@triton.jit
+def _decode_split(Q, K, V, Mask, O, Part, Stat, qk_scale, sq, sk, kv_heads, group, split_len,
+                  stride_qb, stride_qh, stride_qm, stride_qd,
+                  stride_kb, stride_kh, stride_kn, stride_kd,
+                  stride_vb, stride_vh, stride_vn, stride_vd,
+                  stride_mb, stride_mh, stride_mm, stride_mn,
+                  stride_ob, stride_oh, stride_om, stride_od,
+                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_N: tl.constexpr, MASK_D: tl.constexpr, CAUSAL: tl.constexpr,
+                  MASK_KIND: tl.constexpr, DIRECT: tl.constexpr, PRECISION: tl.constexpr):
+    """One split of the keys for one (batch, kv head): rows r = (q head in the group) * sq + query.
+    MASK_KIND: 0 none, 1 bool (nonzero = attend), 2 additive. DIRECT: the only split, writes O."""
+    split = tl.program_id(0)
+    n_splits = tl.num_programs(0)
+    bkv = tl.program_id(1)
+    off_b = (bkv // kv_heads).to(tl.int64)
+    off_kv = (bkv % kv_heads).to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_r < group * sq
+    off_h = off_kv * group + offs_r // sq  # each row's q head
+    off_i = offs_r % sq  # ... and query
+    q = _load_tile(Q + off_b * stride_qb + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm
+                   + offs_d[None, :] * stride_qd, offs_r, group * sq, offs_d, HEAD_DIM, True, MASK_D)
+    k_base = K + off_b * stride_kb + off_kv * stride_kh
+    v_base = V + off_b * stride_vb + off_kv * stride_vh
+    m_base = Mask + off_b * stride_mb + off_h * stride_mh + off_i * stride_mm
+    last_key = off_i + sk - sq  # bottom-right causal: the last key each row sees
+
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    lo = split * split_len
+    hi = tl.minimum(lo + split_len, sk)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                       offs_n, hi, offs_d, HEAD_DIM, True, MASK_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        keep = (offs_n[None, :] < hi) & row_ok[:, None]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= last_key[:, None])
+        if MASK_KIND == 1:
+            allowed = tl.load(m_base[:, None] + offs_n[None, :] * stride_mn, mask=keep, other=0)
+            keep = keep & (allowed != 0)
+        if MASK_KIND == 2:
+            bias = tl.load(m_base[:, None] + offs_n[None, :] * stride_mn, mask=keep, other=0.0)
+            qk = qk + bias.to(tl.float32) * 1.4426950408889634  # the scores are in log2 units
+        qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # a row with nothing visible yet keeps m = -inf; exp2 against 0 then gives p = alpha = 0
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                       offs_n, hi, offs_d, HEAD_DIM, True, MASK_D)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+    if DIRECT:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # no key seen: acc is 0, the row is zeros
+        o_ptrs = O + off_b * stride_ob + off_h[:, None] * stride_oh + off_i[:, None] * stride_om \
+            + offs_d[None, :] * stride_od
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    else:
+        # partials of row (batch, q head, query) = bkv * group * sq + r: [rows, splits, BLOCK_D]
+        part_row = (bkv * group * sq + offs_r).to(tl.int64) * n_splits + split
+        tl.store(Part + part_row[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
+        tl.store(Stat + part_row * 2, m_i, mask=row_ok)
+        tl.store(Stat + part_row * 2 + 1, l_i, mask=row_ok)
+
+
+@triton.jit
+def _decode_merge(Part, Stat, O, n_splits, sq, heads,
+                  stride_ob, stride_oh, stride_om, stride_od,
+                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+    """One output row from its splits: weights exp2(m_s - max m), O = sum(w acc) / sum(w l)."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < n_splits
+    base = row * n_splits + offs_s
+    m = tl.load(Stat + base * 2, mask=s_ok, other=float("-inf"))
+    l = tl.load(Stat + base * 2 + 1, mask=s_ok, other=0.0)
+    m_max = tl.max(m, 0)
+    w = tl.math.exp2(m - tl.where(m_max == float("-inf"), 0.0, m_max))  # empty splits weigh 0
+    acc = tl.load(Part + base[:, None] * BLOCK_D + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+    total = tl.sum(w * l, 0)
+    out = tl.sum(acc * w[:, None], 0) / tl.where(total > 0, total, 1.0)
+    off_b = row // (heads * sq)
+    off_h = (row // sq) % heads
+    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + (row % sq) * stride_om + offs_d * stride_od
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_d < HEAD_DIM)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def decode_splits(t, batch_kv, n_blocks):
+    """The key-range splits: DECODE_SPLITS, or enough that the B * Hkv * splits programs fill every SM
+    DECODE_WAVES times (3 SMs under the interpreter, so the CPU tests split too), at most one per
+    key block, and none left empty once the blocks are dealt out evenly."""
+    if DECODE_SPLITS:
+        return DECODE_SPLITS
+    sms = _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device()) if t.is_cuda else 3
+    splits = max(1, min(n_blocks, cdiv(DECODE_WAVES * sms, batch_kv)))
+    return cdiv(n_blocks, cdiv(n_blocks, splits))  # 9 wanted of 32 blocks: 8 splits of 4 blocks
+
+
+def _decode_mask(mask, shape):
+    """(kind, tensor, strides) of the optional mask, broadcast to [B, H, Sq, Sk] by its strides."""
+    if mask is None:
+        return 0, None, (0, 0, 0, 0)
+    if mask.dim() < 4:
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    mask = mask.expand(shape)
+    if mask.dtype == torch.bool:
+        return 1, mask.view(torch.uint8), mask.stride()
+    return 2, mask, mask.stride()
+
+
+def _decode(q, k, v, causal, sm_scale, mask, o, precision):
+    B, H, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    group = H // Hkv
+    block_n = DECODE_BLOCK_N
+    block_d = max(16, next_power_of_2(D))
+    n_blocks = cdiv(Sk, block_n)
+    splits = decode_splits(q, B * Hkv, n_blocks)
+    split_len = cdiv(n_blocks, splits) * block_n  # whole key blocks per split; the last may be empty
+    kind, m, m_strides = _decode_mask(mask, (B, H, Sq, Sk))
+    direct = splits == 1
+    if direct:
+        part = stat = o  # not read
+    else:
+        part = torch.empty((B * H * Sq, splits, block_d), device=q.device, dtype=torch.float32)
+        stat = torch.empty((B * H * Sq, splits, 2), device=q.device, dtype=torch.float32)
+    launch(_decode_split, (splits, B * Hkv),
+        q, k, v, q if m is None else m, o, part, stat, sm_scale * 1.4426950408889634, Sq, Sk, Hkv, group,
+        split_len, *q.stride(), *k.stride(), *v.stride(), *m_strides, *o.stride(),
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_R=max(16, next_power_of_2(group * Sq)), BLOCK_N=block_n,
+        MASK_D=(block_d != D), CAUSAL=bool(causal), MASK_KIND=kind, DIRECT=direct, PRECISION=precision,
+        num_warps=DECODE_NUM_WARPS, num_stages=DECODE_NUM_STAGES,
+    )
+    if not direct:
+        launch(_decode_merge, (B * H * Sq,), part, stat, o, splits, Sq, H, *o.stride(),
+               HEAD_DIM=D, BLOCK_D=block_d, BLOCK_S=max(2, next_power_of_2(splits)), num_warps=4)
+    return o
+
+
 def _config(dtype):
     if dtype == torch.float32:
         return FP32_BLOCK_M, FP32_BLOCK_N, FP32_NUM_WARPS, FP32_NUM_STAGES, FP32_PRECISION
@@ -394,18 +582,23 @@ def _host_desc(t, rows, block_d):
     return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, block_d])
 
 
-def kernel_fn(q, k, v, causal, scale=None):
-    assert q.dim() == 4 and k.dim() == 4 and v.dim() == 4, "q[B,Hq,S,D], k and v [B,Hkv,S,D]"
+def kernel_fn(q, k, v, causal, scale=None, mask=None):
+    assert q.dim() == 4 and k.dim() == 4 and v.dim() == 4, "q[B,Hq,S,D], k and v [B,Hkv,Sk,D]"
     assert q.dtype == k.dtype == v.dtype, "q, k and v must share a dtype"
     B, H, S, D = q.shape
-    Hkv = k.shape[1]
-    assert k.shape == v.shape == (B, Hkv, S, D), "k and v must be [B,Hkv,S,D] with q's B, S and D"
+    Hkv, Sk = k.shape[1], k.shape[2]
+    assert k.shape == v.shape == (B, Hkv, Sk, D), "k and v must be [B,Hkv,Sk,D] with q's B and D"
     assert Hkv >= 1 and H % Hkv == 0, "q heads must be a multiple of kv heads"
     o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
     if o.numel() == 0:
         return o
     sm_scale = (1.0 / math.sqrt(D)) if scale is None else float(scale)
     block_m, block_n, warps, stages, precision = _config(q.dtype)
+    if mask is not None or Sk != S:
+        if Sk < S or S > DECODE_MAX_Q:
+            raise ValueError(f"flash_attention: a mask or a longer KV is covered for up to {DECODE_MAX_Q} queries "
+                             f"with at least as many keys, got {S} queries and {Sk} keys")
+        return _decode(q, k, v, causal, sm_scale, mask, o, precision)
     block_d = max(16, next_power_of_2(D))
     grid = (cdiv(S, block_m), B * H)
     if VARIANT == "tma" and q.dtype != torch.float32 and block_d <= 256 and \
