@@ -30,8 +30,8 @@ BENCH = {
     "lib_importlib_getattr": (CHEAT, "library/torch ops did"),
     "cache_by_address": (INCORRECT, "outside atol"),
     "cache_by_fingerprint": (INCORRECT, "reuses the memory of an output it returned before"),
-    "stack_peek": (INCORRECT, "outside atol"),
-    "spec_rewrite_gc": (CHEAT, "modified the bench itself (spec reduce.reference)"),
+    "stack_peek": (CHEAT, "refused: sys._getframe"),
+    "spec_rewrite_gc": (CHEAT, "refused: gc.get_objects"),
     "reference_code_swap": (CHEAT, "reference (its code)"),
     "torch_patch": (CHEAT, "torch.Tensor (a new attribute 'sum')"),
     "event_patch": (CHEAT, "torch.cuda.Event"),
@@ -42,7 +42,7 @@ KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
     "lib_tensor_method": ("cheat", "library/torch ops did"),
     "cache_by_address": ("incorrect", "trial 2"),
-    "stack_peek": ("incorrect", "outside atol"),
+    "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),
     "event_patch": ("cheat", "torch.cuda.Event"),
     "persistent_buffer": ("incorrect", "reuses the memory of an output it returned before"),
@@ -123,7 +123,7 @@ def test_a_judge_that_caught_tampering_starts_afresh(worker):
 SCREEN = {
     "torch_patch": (CHEAT, "screen: the candidate modified the bench itself (torch.Tensor (a new attribute 'sum'))"),
     "event_patch": (CHEAT, "torch.cuda.Event"),
-    "spec_rewrite_gc": (CHEAT, "modified the bench itself (spec reduce.reference)"),
+    "spec_rewrite_gc": (CHEAT, "refused: gc.get_objects"),
     "lib_aten_ops": (CHEAT, "screen: library/torch ops did"),
     "persistent_buffer": (INCORRECT, "reuses the memory of an output it returned before"),
 }

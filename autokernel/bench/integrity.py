@@ -270,11 +270,11 @@ def _torch_parts() -> Iterable[tuple[str, Any]]:
 def outside_a_call() -> str | None:
     """The anti-cheat's own state must be at rest between calls: counting not paused, no launch
     in progress (a candidate that set these would hide its library work)."""
-    from autokernel.bench import launches, share
+    from autokernel.bench import introspection, launches, share
 
     if share._pause[0] or launches._live_ranges or launches._meters:
         return "the anti-cheat's launch records"
-    return None
+    return introspection.refused()
 
 
 def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterable[Any] = ()) -> Snapshot:

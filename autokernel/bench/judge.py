@@ -23,6 +23,7 @@ from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
 from autokernel.bench.integrity import CHANGED, outside_a_call
+from autokernel.bench.introspection import refused
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
                                      StageVerdict)
@@ -188,8 +189,10 @@ def request_dtype(req: dict, cuda: bool) -> str:
 def load_candidate(req: dict, timeout_s: float):
     """(KernelFile, module) of the request's kernel file, imported under the load stage's alarm (half
     the time limit; still armed on return)."""
+    from autokernel.bench.introspection import start_judgement
     from autokernel.kernelfile import import_kernel, parse_source
 
+    start_judgement()  # from here on, no frame, gc walk or ctypes for the candidate's code
     arm(max(0.5, 0.5 * timeout_s))
     kf = parse_source(req["source"], Path(req["path"]) if req.get("path") else None)
     return kf, import_kernel(kf)
@@ -296,6 +299,9 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
             res.error = tail(f"{stage}: " + "".join(traceback.format_exception(exc)), ERROR_CHARS)
         if outcome == CORRECT:
             res.outcome = CRASHED
+        looked = refused()  # a refusal it did not catch is why it crashed: the verdict says so
+        if looked:
+            res.outcome, res.error, restart = CHEAT, f"the candidate modified the bench itself ({looked})", True
     finally:
         restart = end_judgement(old, cuda, recording) or restart
     return {"result": res.to_dict(), "restart": restart}

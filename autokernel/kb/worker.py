@@ -212,6 +212,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                                          compare, poison_cuda_cache)
     from autokernel.bench.gpu_compile import compile_stage, record_launches
     from autokernel.bench.integrity import CHANGED, judge_snapshot
+    from autokernel.bench.introspection import refused as introspection_refused
+    from autokernel.bench.introspection import start_judgement
     from autokernel.bench.launches import Launches, library_share, short_name
     from autokernel.bench.across_calls import OutputLedger
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
@@ -248,6 +250,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         prob = load_source(code, "kb_problem_" + hashlib.sha256(code.encode()).hexdigest()[:16])
         snapshot = judge_snapshot(extra_modules=[prob])
         kf = parse_source(req["source"])
+        start_judgement()  # from here on, no frame, gc walk or ctypes for the candidate's code
         mod = import_kernel(kf)
         if not isinstance(getattr(mod, "ModelNew", None), type):
             raise KernelFileError("the solution defines no class ModelNew")
@@ -348,7 +351,11 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         outcome, restart = bj.classify(exc)
         root = bj.root_cause(exc)
         res.outcome = outcome if outcome != CORRECT else CRASHED
-        if isinstance(root, KernelFileError):
+        looked = introspection_refused()  # the refusal it did not catch is why it crashed
+        if looked:
+            res.stages.append(StageVerdict("smoke", "fail", looked[:300]))
+            res.outcome, res.error, restart = CHEAT, f"the candidate modified the judge itself ({looked})", True
+        elif isinstance(root, KernelFileError):
             res.outcome, res.error = COMPILE_ERROR, root.one_line()
         elif isinstance(root, bj.StageTimeout):
             res.error = f"{stage}: exceeded its time limit ({timeout_s:.0f} s)"
