@@ -90,3 +90,16 @@ def test_libraries_and_logging_keep_their_introspection(tmp_path):
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "2", out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_honest_starters_are_not_refused_on_gpu(worker):
+    """On the GPU the judge compiles with Triton, times torch.compile baselines and profiles library
+    work, all with the hook installed: no honest starter may be refused anything."""
+    from autokernel.kernels import KERNEL_TYPES, get_spec
+
+    for t in KERNEL_TYPES:
+        spec = get_spec(t)
+        res = worker.judge(starter_path(t, "triton"), shapes=[spec.small_shapes[0]], quick=True, timeout_s=300)
+        assert res.outcome == CORRECT and "refused" not in (res.error or ""), (t, res.outcome, res.error)
