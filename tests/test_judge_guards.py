@@ -278,3 +278,21 @@ def test_the_tail_verdict_shows_what_the_host_alone_waits():
     why = _tail_reason({"tail_us": 2400.0, "median_us": 10.0, "idle_probe_us": 31.0})
     assert "2400 us after its last timed call" in why and "nothing running: 31 us" in why and "\n" not in why
     assert "nothing running" not in _tail_reason({"tail_us": 2400.0, "median_us": 10.0})
+
+
+def test_the_flush_buffer_is_checked_at_each_use_not_only_made_once():
+    """The cache is a module global a candidate can reach: a smaller buffer put there (its data would
+    stay in L2 while it is timed) is replaced at the next use."""
+    import torch
+
+    from autokernel.bench import timing
+
+    full = timing.flush_buffer("cpu")
+    assert full.numel() == timing.L2_FLUSH_BYTES and full.dtype == torch.uint8
+    assert timing.flush_buffer("cpu") is full  # kept while it is what it should be
+    timing._flush["cpu"] = torch.empty(1024, dtype=torch.uint8)
+    again = timing.flush_buffer("cpu")
+    assert again.numel() == timing.L2_FLUSH_BYTES and timing._flush["cpu"] is again
+    timing._flush["cpu"] = torch.empty(timing.L2_FLUSH_BYTES * 2, dtype=torch.uint8)[::2]  # right size, strided
+    assert timing.flush_buffer("cpu").is_contiguous()
+    timing._flush.pop("cpu")

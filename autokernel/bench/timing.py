@@ -45,9 +45,14 @@ _eager_walls: dict[tuple, float] = {}
 
 
 def flush_buffer(device: str) -> torch.Tensor:
-    if device not in _flush:
-        _flush[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
-    return _flush[device]
+    """The buffer zeroed before every timed repetition (L2 flushed). Checked at each use, not only
+    made once: the cache is a module global a candidate can reach, and a smaller buffer there
+    would leave its data in L2 while it is timed."""
+    buf = _flush.get(device)
+    if type(buf) is not torch.Tensor or buf.dtype != torch.uint8 or buf.numel() != L2_FLUSH_BYTES \
+            or buf.device.type != torch.device(device).type or not buf.is_contiguous():
+        buf = _flush[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
+    return buf
 
 
 def _host_us_per_rep(fn: Callable, args: tuple, flush: torch.Tensor, start, end, refill=None) -> float:
