@@ -73,8 +73,23 @@ def cpu_time_child() -> int:
     """The child of cpu_wallclock: times a kernel file and its reference on the given shapes."""
     import sys
 
+    from autokernel.bench.introspection import refused, start_judgement
+
     req = json.loads(sys.stdin.read())
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    start_judgement()  # no frame, gc walk or ctypes for the candidate's code (bench/introspection.py)
+    try:
+        out = _time_here(req)
+    except Exception:
+        if not refused():
+            raise
+        out = {}
+    looked = refused()  # caught or not, a look into this process's internals is the verdict
+    sys.stdout.write(json.dumps({"cheat": f"cpu-timing: {looked}"} if looked else out))
+    return 0
+
+
+def _time_here(req: dict) -> dict:
     from autokernel.bench.across_calls import Refill, Reservoir, Sampled, spec_expected
     from autokernel.kernelfile import entry_point, import_kernel, parse_source
     from autokernel.kernels import get_spec
@@ -100,16 +115,14 @@ def cpu_time_child() -> int:
                                                    budget_s=float(req.get("seconds_per_shape", 1.0)))]
                 why = kept.into(Sampled(spec_expected(spec, refill))).verdict() if kept is not None else None
                 if why:  # what it returned while timed was wrong: a cheat, reported as such
-                    sys.stdout.write(json.dumps({"cheat": f"cpu-timing: {spec.shape_label(shape)}: {why}"}))
-                    return 0
+                    return {"cheat": f"cpu-timing: {spec.shape_label(shape)}: {why}"}
                 q = statistics.quantiles(samples, n=4)
                 row[f"{name}_us"] = statistics.median(samples)
                 total[f"{name}_us"] += w * row[f"{name}_us"]
                 if name == "latency":
                     total["latency_iqr_us"] += w * (q[2] - q[0])
             total["per_shape"].append(row)
-    sys.stdout.write(json.dumps(total))
-    return 0
+    return total
 
 
 class CPUTimingFailed(BenchError):

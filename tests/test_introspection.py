@@ -103,3 +103,13 @@ def test_honest_starters_are_not_refused_on_gpu(worker):
         spec = get_spec(t)
         res = worker.judge(starter_path(t, "triton"), shapes=[spec.small_shapes[0]], quick=True, timeout_s=300)
         assert res.outcome == CORRECT and "refused" not in (res.error or ""), (t, res.outcome, res.error)
+
+
+def test_the_cpu_timing_child_refuses_it_too():
+    """The loop's CPU timing (cpu_timing.py) runs the candidate in a child of its own, hook included."""
+    from autokernel.cpu_timing import CPUTimingFailed, cpu_wallclock
+
+    source = (CHEATS / "bench" / "blind_sampler.py").read_text()
+    with pytest.raises(CPUTimingFailed) as err:
+        cpu_wallclock(source, kernel_type="reduce", timeout_s=120)
+    assert err.value.cheat and "refused: sys._getframe from" in str(err.value), str(err.value)
