@@ -60,8 +60,8 @@ TABLE_KEYS = ("VARIANT", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "NUM_WARPS"
               "PERSISTENT_LOOP", "TMA_DESC")
 
 
-def _persistent(bm, bn, warps, stages, sub, loop, desc="device"):
-    return {"VARIANT": "persistent", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": warps,
+def _persistent(bm, bn, warps, stages, sub, loop, desc="device", bk=64, group=8):
+    return {"VARIANT": "persistent", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "NUM_WARPS": warps,
             "NUM_STAGES": stages, "EPILOGUE_SUBTILE": sub, "PERSISTENT_LOOP": loop, "TMA_DESC": desc}
 
 
@@ -80,6 +80,11 @@ CANDIDATES = {
     "persistent 128x128 w4 s4 sub1 flatten": _persistent(128, 128, 4, 4, 1, "flatten"),
     "persistent 128x256 w4 s3 warp_specialize": _persistent(128, 256, 4, 3, 1, "warp_specialize"),
     "persistent 128x128 w4 s4 warp_specialize": _persistent(128, 128, 4, 4, 1, "warp_specialize"),
+    # the ninth session's winners with another L2 grouping, and 128-deep K steps (fewer barriers per
+    # tile; 3 stages of 128x128x128 fit in shared memory where 128x256x128 does not)
+    "persistent 128x256 w8 s3 sub2 flatten g16": _persistent(128, 256, 8, 3, 2, "flatten", group=16),
+    "persistent 128x128x128 w8 s3 sub1 flatten": _persistent(128, 128, 8, 3, 1, "flatten", bk=128),
+    "persistent 128x128x128 w4 s3 warp_specialize": _persistent(128, 128, 4, 3, 1, "warp_specialize", bk=128),
     "tma 128x256 w8 s3": {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                           "NUM_WARPS": 8, "NUM_STAGES": 3},
 }
