@@ -18,12 +18,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "triton"
@@ -177,7 +184,51 @@ def rms_norm_dim(x, dim, eps, mean=True):
     return y
 
 
+_PLANS = {}  # (shapes, strides, dtypes, device, eps) -> the launch prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(x, weight, eps):
+    # The launch's grid, tile and strides are a function of the operands' shapes, strides, dtypes,
+    # device and eps: worked out once per such key, so a repeated call (every layer of a model,
+    # every decode step) allocates y and launches. Tensor subclasses (tracing) take the full path.
+    if type(x) is _Tensor and type(weight) is _Tensor and type(eps) is float:
+        key = (x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(), eps)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(x, weight, eps)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(x, weight)
+    return rmsnorm_full(x, weight, eps)
+
+
+def _plan(x, weight, eps):
+    """A function (x, weight) -> y for operands like these: the fused path's launch prepared, or
+    rmsnorm_full where a call needs more (empty sizes, a copy, the looped path)."""
+    rows, cols = x.shape
+    if rows == 0 or cols == 0 or cols > MAX_FUSED_COLS or (cols > 1 and x.stride(1) != 1
+                                                            and x.stride(1) * cols >= 2**31):
+        return lambda x, weight: rmsnorm_full(x, weight, eps)
+    block_n = max(next_power_of_2(cols), 16)
+    rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
+    warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
+    tiles = cdiv(rows, rows_per)
+    persistent = SCHEDULE == "persistent"
+    fused = Prepared(_rmsnorm_fused, (_programs(x, tiles) if persistent else tiles,),
+                     (rows, cols, float(eps), x.stride(0), x.stride(1), weight.stride(0), cols, tiles),
+                     ROWS=rows_per, BLOCK_N=block_n, PERSISTENT=persistent, num_warps=warps)
+    device, dtype = x.device, x.dtype
+
+    def run(x, weight):
+        y = torch.empty((rows, cols), device=device, dtype=dtype)  # fresh: its row stride is cols
+        fused(x, weight, y)
+        return y
+    return run
+
+
+def rmsnorm_full(x, weight, eps):
+    """kernel_fn's every path, worked out afresh at each call."""
     rows, cols = x.shape
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
     if rows == 0 or cols == 0:

@@ -14,12 +14,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "rotary_embedding"
 BACKEND = "triton"
@@ -95,11 +102,59 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, BH, H, S,
                         cos1, cos2, sin1, sin2, HALF)
 
 
+_PLANS = {}  # (shapes, strides, dtypes, device) -> the launch prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(x, cos, sin):
+    # The grid, tiles and strides are a function of the operands' shapes, strides, dtypes and device:
+    # worked out once per such key, so a repeated call (every layer, every decode step) allocates
+    # the output and launches. Tensor subclasses (tracing) take the full path.
+    if type(x) is _Tensor and type(cos) is _Tensor and type(sin) is _Tensor:
+        key = (x.shape, x.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), x.dtype, cos.dtype,
+               sin.dtype, x.get_device())
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(x, cos, sin)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(x, cos, sin)
+    return rotary_full(x, cos, sin)
+
+
+def _plan(x, cos, sin):
+    """A function (x, cos, sin) -> out with the launch prepared for operands like these."""
+    _check(x, cos, sin)
+    B, H, S, D = x.shape
+    if x.numel() == 0:
+        return rotary_full
+    half = D // 2
+    heads = min(HEADS_PER_PROG, next_power_of_2(B * H))
+    block_s = min(BLOCK_S, next_power_of_2(S))
+    rope = Prepared(_rope_kernel, (cdiv(S, block_s), cdiv(B * H, heads)),
+                    (B * H, H, S, *x.stride(), *cos.stride(), *sin.stride(), H * S * D, S * D, D, 1),
+                    HALF=half, BLOCK_D=next_power_of_2(half), BLOCK=block_s, HEADS=heads,
+                    EVEN_BH=(B * H) % heads == 0, num_warps=NUM_WARPS)
+    device, dtype = x.device, x.dtype
+
+    def run(x, cos, sin):
+        out = torch.empty((B, H, S, D), device=device, dtype=dtype)  # fresh: contiguous strides
+        rope(x, cos, sin, out)
+        return out
+    return run
+
+
+def _check(x, cos, sin):
     assert x.dim() == 4, "x[B, H, S, D]"
     B, H, S, D = x.shape
     assert D % 2 == 0, "head_dim must be even"
     assert cos.shape == (S, D) and sin.shape == (S, D), "cos/sin are [S, D]"
+
+
+def rotary_full(x, cos, sin):
+    """kernel_fn's every step, worked out afresh at each call."""
+    _check(x, cos, sin)
+    B, H, S, D = x.shape
     out = torch.empty((B, H, S, D), device=x.device, dtype=x.dtype)
     if out.numel() == 0:
         return out
