@@ -158,6 +158,29 @@ def test_triton_model_layouts_and_explicit_scale(triton_small_tiles, dtype):
         check(triton_small_tiles.kernel_fn(*args), args, dtype)
 
 
+def test_triton_repeated_calls_reuse_one_prepared_plan(triton_small_tiles):
+    """The pointer kernel's host work is done once per (shapes, strides, dtype, device, causal,
+    scale): repeated calls on new values stay right; another scale gets its own plan, and the
+    decode path (a mask, a longer KV) none."""
+    mod = triton_small_tiles
+    mod._PLANS.clear()
+    gen = torch.Generator(device=DEVICE).manual_seed(8)
+    q, k, v, causal, scale = SPEC.make_inputs(shape(1, 2, 1, 24, 16, 1), torch.float16, DEVICE, gen)
+    causal = bool(causal)
+    for _ in range(3):
+        for t in (q, k, v):
+            t.normal_(generator=gen)
+        check(mod.kernel_fn(q, k, v, causal, scale), (q, k, v, causal, scale), torch.float16)
+    assert len(mod._PLANS) == 1
+    check(mod.kernel_fn(q, k, v, causal, 0.2), (q, k, v, causal, 0.2), torch.float16)
+    assert len(mod._PLANS) == 2
+    keep = torch.ones(1, 1, 24, 24, dtype=torch.bool, device=DEVICE).tril()
+    out = mod.kernel_fn(q[:, :, -4:], k, v, False, None, keep[:, :, -4:])
+    torch.testing.assert_close(out, SPEC.reference(q[:, :, -4:], k, v, False, None, keep[:, :, -4:]),
+                               atol=2e-3, rtol=2e-3)
+    assert len(mod._PLANS) == 2
+
+
 def test_triton_is_deterministic(triton_small_tiles):
     gen = torch.Generator(device=DEVICE).manual_seed(4)
     args = SPEC.make_inputs(shape(1, 2, 1, 40, 16, 1), torch.float16, DEVICE, gen)

@@ -56,12 +56,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
@@ -582,13 +589,67 @@ def _host_desc(t, rows, block_d):
     return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, block_d])
 
 
+_PLANS = {}  # (shapes, strides, dtype, device, causal, scale) -> the prefill launch prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(q, k, v, causal, scale=None, mask=None):
+    # The pointer kernel's grid, tiles and strides are a function of the operands' shapes, strides,
+    # dtype and device, causal and scale: worked out once per such key, so a repeated call (every
+    # layer) allocates o and launches. The decode path, the TMA variant and tensor subclasses
+    # (tracing) take the full path.
+    if mask is None and VARIANT == "pointer" and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor \
+            and type(causal) is bool and (scale is None or type(scale) is float):
+        key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+               q.get_device(), causal, scale)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(q, k, v, causal, scale)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(q, k, v)
+    return attention_full(q, k, v, causal, scale, mask)
+
+
+def _plan(q, k, v, causal, scale):
+    """A function (q, k, v) -> o: the pointer kernel's launch prepared for operands like these, or
+    attention_full where a call needs more (the decode path, empty sizes)."""
+    _check(q, k, v)
+    B, H, S, D = q.shape
+    if k.shape[2] != S or q.numel() == 0:
+        return lambda q, k, v: attention_full(q, k, v, causal, scale)
+    Hkv = k.shape[1]
+    sm_scale = (1.0 / math.sqrt(D)) if scale is None else float(scale)
+    block_m, block_n, warps, stages, precision = _config(q.dtype)
+    block_d = max(16, next_power_of_2(D))
+    attend = Prepared(_attn_fwd, (cdiv(S, block_m), B * H),
+                      (sm_scale * 1.4426950408889634, S, H, H // Hkv, *q.stride(), *k.stride(), *v.stride(),
+                       H * S * D, S * D, D, 1),
+                      HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, MASK_D=(block_d != D),
+                      CAUSAL=causal, PRECISION=precision, num_warps=warps, num_stages=stages)
+    device, dtype = q.device, q.dtype
+
+    def run(q, k, v):
+        o = torch.empty((B, H, S, D), device=device, dtype=dtype)  # fresh: contiguous strides
+        attend(q, k, v, o)
+        return o
+    return run
+
+
+def _check(q, k, v):
     assert q.dim() == 4 and k.dim() == 4 and v.dim() == 4, "q[B,Hq,S,D], k and v [B,Hkv,Sk,D]"
     assert q.dtype == k.dtype == v.dtype, "q, k and v must share a dtype"
     B, H, S, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     assert k.shape == v.shape == (B, Hkv, Sk, D), "k and v must be [B,Hkv,Sk,D] with q's B and D"
     assert Hkv >= 1 and H % Hkv == 0, "q heads must be a multiple of kv heads"
+
+
+def attention_full(q, k, v, causal, scale=None, mask=None):
+    """kernel_fn's every path, worked out afresh at each call."""
+    _check(q, k, v)
+    B, H, S, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
     o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
     if o.numel() == 0:
         return o
