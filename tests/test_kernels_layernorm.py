@@ -44,6 +44,21 @@ test_triton_shapes = K.correctness_test(backend="triton", shapes=SPEC.small_shap
 test_triton_adversarial = K.adversarial_test([{"rows": 7, "cols": 1000}, {"rows": 37, "cols": 129}])
 
 
+def test_triton_repeated_calls_reuse_one_prepared_plan(tmp_path):
+    """A call's host work is done once per (shapes, strides, dtypes, device, eps): repeated calls on
+    new values stay right; other strides and another eps each get a plan, empty rows none to run."""
+    mod = K.load("triton", None, tmp_path)
+    x, w, b, eps = K.inputs({"rows": 6, "cols": 96}, torch.float32)
+    for _ in range(3):
+        x.normal_()
+        K.check(mod.kernel_fn(x, w, b, eps), (x, w, b, eps), torch.float32)
+    assert len(mod._PLANS) == 1
+    xt = x.t().contiguous().t()  # same values, column-major
+    K.check(mod.kernel_fn(xt, w, b, 1e-3), (xt, w, b, 1e-3), torch.float32)
+    assert len(mod._PLANS) == 2
+    assert mod.kernel_fn(x[:0], w, b, eps).shape == (0, 96)
+
+
 def test_triton_constant_rows_give_bias(triton_mod):
     """Variance exactly 0: y is the bias, bit for bit (two-pass statistics)."""
     x, w, b, eps = K.inputs({"rows": 5, "cols": 300}, torch.float32, "equal")

@@ -43,6 +43,23 @@ test_triton_shapes = K.correctness_test(backend="triton", shapes=SPEC.small_shap
 test_triton_adversarial = K.adversarial_test([{"rows": 7, "cols": 1000}, {"rows": 37, "cols": 129}])
 
 
+def test_triton_repeated_calls_reuse_one_prepared_plan(tmp_path):
+    """A call's host work is done once per (shape, strides, dtype, device, log): repeated calls on new
+    values stay right; other strides and log-softmax each get a plan, long rows the looped path."""
+    mod = K.load("triton", None, tmp_path)
+    (x,) = K.inputs({"rows": 6, "cols": 96}, torch.float32)[:1]
+    for _ in range(3):
+        x.normal_()
+        K.check(mod.kernel_fn(x), (x,), torch.float32)
+    assert len(mod._PLANS) == 1
+    xt = x.t().contiguous().t()
+    K.check(mod.kernel_fn(xt), (xt,), torch.float32)
+    torch.testing.assert_close(mod.kernel_fn(x, True), torch.log_softmax(x, -1), atol=1e-5, rtol=1e-5)
+    assert len(mod._PLANS) == 3
+    long = torch.randn(2, mod.MAX_FUSED_COLS + 8, device=x.device)
+    torch.testing.assert_close(mod.kernel_fn(long), torch.softmax(long, -1), atol=1e-5, rtol=1e-5)
+
+
 def test_triton_long_rows_masked(triton_mod):
     """The looping path with a leading chunk that is -inf everywhere."""
     args = K.inputs({"rows": 2, "cols": 40000}, torch.float32, "-inf")

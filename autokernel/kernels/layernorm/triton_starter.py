@@ -24,12 +24,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "layernorm"
 BACKEND = "triton"
@@ -220,7 +227,51 @@ def _split_rows(x, weight, bias, y, eps, args):
     return y
 
 
+_PLANS = {}  # (shapes, strides, dtypes, device, eps) -> the launch prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(x, weight, bias, eps):
+    # The fused path's grid, tile and strides are a function of the operands' shapes, strides,
+    # dtypes, device and eps: worked out once per such key, so a repeated call (every layer)
+    # allocates y and launches. Tensor subclasses (tracing) take the full path.
+    if type(x) is _Tensor and type(weight) is _Tensor and type(bias) is _Tensor and type(eps) is float:
+        key = (x.shape, x.stride(), weight.shape, weight.stride(), bias.shape, bias.stride(), x.dtype, weight.dtype,
+               bias.dtype, x.get_device(), eps)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(x, weight, bias, eps)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(x, weight, bias)
+    return layernorm_full(x, weight, bias, eps)
+
+
+def _plan(x, weight, bias, eps):
+    """A function (x, weight, bias) -> y: the fused kernel's launch prepared for operands like these,
+    or layernorm_full where a call needs more (empty sizes, a copy, the split and looped paths)."""
+    rows, cols = x.shape
+    if rows == 0 or cols == 0 or cols > MAX_FUSED_COLS or (cols > 1 and x.stride(1) != 1
+                                                            and x.stride(1) * cols >= 2**31):
+        return lambda x, weight, bias: layernorm_full(x, weight, bias, eps)
+    block_n = max(next_power_of_2(cols), 16)
+    rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
+    warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
+    fused = Prepared(_layernorm_fused, (cdiv(rows, rows_per),),
+                     (rows, cols, float(eps), x.stride(0), x.stride(1), weight.stride(0), bias.stride(0), cols),
+                     ROWS=rows_per, BLOCK_N=block_n, SHIFTED=STATS == "shifted",
+                     EVEN=block_n == cols and rows % rows_per == 0, num_warps=warps)
+    device, dtype = x.device, x.dtype
+
+    def run(x, weight, bias):
+        y = torch.empty((rows, cols), device=device, dtype=dtype)  # fresh: its row stride is cols
+        fused(x, weight, bias, y)
+        return y
+    return run
+
+
+def layernorm_full(x, weight, bias, eps):
+    """kernel_fn's every path, worked out afresh at each call."""
     rows, cols = x.shape
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
     if rows == 0 or cols == 0:

@@ -20,12 +20,19 @@ import triton
 import triton.language as tl
 
 try:  # the lean launch path (autokernel/kernels/launcher.py); standalone, the file launches the usual way
-    from autokernel.kernels.launcher import cdiv, launch, next_power_of_2
+    from autokernel.kernels.launcher import Prepared, cdiv, launch, next_power_of_2
 except ImportError:
     cdiv, next_power_of_2 = triton.cdiv, triton.next_power_of_2
 
     def launch(kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
+
+    class Prepared:  # launch(kernel, grid, *tensors, *rest, **meta) with all but the tensors fixed
+        def __init__(self, kernel, grid, rest=(), **meta):
+            self.kernel, self.grid, self.rest, self.meta = kernel, grid, tuple(rest), meta
+
+        def __call__(self, *tensors):
+            return self.kernel[self.grid](*tensors, *self.rest, **self.meta)
 
 KERNEL_TYPE = "softmax"
 BACKEND = "triton"
@@ -130,7 +137,51 @@ def _softmax_looped(x_ptr, y_ptr, cols, sxr, sxc, syr, BLOCK: tl.constexpr, LOG:
         tl.store(yr + c, y.to(y_ptr.dtype.element_ty), mask=c < cols)
 
 
+_PLANS = {}  # (shape, strides, dtype, device, log) -> the launch prepared for them
+_Tensor = torch.Tensor
+
+
 def kernel_fn(x, log=False):
+    # The fused path's grid, tile and strides are a function of x's shape, strides, dtype and device
+    # (and log): worked out once per such key, so a repeated call allocates y and launches. Tensor
+    # subclasses (tracing) take the full path.
+    if type(x) is _Tensor and type(log) is bool:
+        key = (x.shape, x.stride(), x.dtype, x.get_device(), log)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _plan(x, log)
+            if len(_PLANS) < 1024:
+                _PLANS[key] = plan
+        return plan(x)
+    return softmax_full(x, log)
+
+
+def _plan(x, log):
+    """A function x -> y: the fused kernel's launch prepared for inputs like x, or softmax_full where
+    a call needs more (empty sizes, a copy, the looped path)."""
+    rows, cols = x.shape
+    if rows == 0 or cols == 0 or cols > MAX_FUSED_COLS or (cols > 1 and x.stride(1) != 1
+                                                            and x.stride(1) * cols >= 2**31):
+        return lambda x: softmax_full(x, log)
+    block_n = max(next_power_of_2(cols), 16)
+    rows_per = max(1, min(TILE_ELEMS // block_n, next_power_of_2(rows)))
+    warps = max(1, min(MAX_WARPS, rows_per * block_n // (32 * ELEMS_PER_THREAD)))
+    tiles = cdiv(rows, rows_per)
+    persistent = SCHEDULE == "persistent"
+    fused = Prepared(_softmax_fused, (_programs(x, tiles) if persistent else tiles,),
+                     (rows, cols, x.stride(0), x.stride(1), cols, tiles),  # (y is fresh: its row stride is cols)
+                     ROWS=rows_per, BLOCK_N=block_n, LOG=log, PERSISTENT=persistent, num_warps=warps)
+    device, dtype = x.device, x.dtype
+
+    def run(x):
+        y = torch.empty((rows, cols), device=device, dtype=dtype)
+        fused(x, y)
+        return y
+    return run
+
+
+def softmax_full(x, log=False):
+    """kernel_fn's every path, worked out afresh at each call."""
     rows, cols = x.shape
     y = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
     if rows == 0 or cols == 0:
