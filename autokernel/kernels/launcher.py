@@ -102,9 +102,7 @@ def launch(kernel, grid: tuple, *args, **meta):
     # the device is part of the key (Triton compiles per device): the first argument's, when a tensor
     a0 = args[0] if args else None
     dev = a0.get_device() if type(a0) is _Tensor else None  # (get_device: no torch.device object made)
-    # id(kernel), not the kernel: JITFunction.__hash__ is Python (a locked property, ~0.4 us a launch).
-    # The entry holds the kernel, so the id cannot be reused by another kernel while it is cached.
-    key = (id(kernel), grid, dev, sig, *meta.items())
+    key = _launch_key(kernel, grid, dev, sig, meta)
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **meta)
@@ -116,6 +114,12 @@ def launch(kernel, grid: tuple, *args, **meta):
     compiled, tail, _kernel = hit
     _run(compiled, grid, dev, args + tail)
     return compiled
+
+
+def _launch_key(kernel, grid: tuple, dev, sig: tuple, meta: dict) -> tuple:
+    # id(kernel), not the kernel: JITFunction.__hash__ is Python (a locked property, ~0.4 us a launch).
+    # The entry holds the kernel, so the id cannot be reused by another kernel while it is cached.
+    return (id(kernel), grid, dev, sig, *meta.items())
 
 
 def _run(compiled, grid: tuple, dev, full: tuple) -> None:
@@ -155,8 +159,7 @@ class Prepared:
     def __call__(self, *tensors):
         entry = self._entry
         if entry is not None and entry[0] == _generation and type(tensors[0]) is _Tensor:
-            keys = tuple([(t.dtype, t.data_ptr() & 15 == 0) if type(t) is _Tensor else _UNKEYED for t in tensors])
-            if keys == entry[1] and tensors[0].get_device() == entry[2]:
+            if _signature_key(tensors) == entry[1] and tensors[0].get_device() == entry[2]:
                 _run(entry[3], self.grid, entry[2], tensors + entry[4])
                 return entry[3]
         compiled = launch(self.kernel, self.grid, *tensors, *self.rest, **self.meta)
@@ -172,6 +175,6 @@ class Prepared:
         if not sig:
             return
         dev = tensors[0].get_device()
-        hit = _cache.get((id(self.kernel), self.grid, dev, sig, *self.meta.items()))
+        hit = _cache.get(_launch_key(self.kernel, self.grid, dev, sig, self.meta))
         if hit is not None:
             self._entry = (_generation, tuple(sig[:len(tensors)]), dev, hit[0], self.rest + hit[1])
