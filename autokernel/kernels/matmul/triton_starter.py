@@ -624,42 +624,28 @@ def _plan(a, b):
     meta = dict(BM=bm, BN=bn, BK=bk, GROUP=cfg["GROUP_M"], EVEN_K=(K % bk == 0), PRECISION=cfg["PRECISION"],
                 num_warps=cfg["NUM_WARPS"], num_stages=cfg["NUM_STAGES"])
     dtype, device = a.dtype, a.device
-    if cols is not None:  # every launch argument but the tensors is known: prepared launches
-        if splits > 1:
-            tile = Prepared(_matmul_tile_kernel, (tiles, 1, splits),
-                            (M, N, K, *strides, N, 1, 0, 0, 0, k_split, M * N, cols), **meta)
-            total = Prepared(_sum_splits_kernel, (cdiv(M * N, 1024),), (splits, M * N, N, N, 1), BLOCK=1024)
+    split = (k_split, M * N) if splits > 1 else (K, 0)
 
-            def run_split_prepared(a, b):
-                c = torch.empty((M, N), device=device, dtype=dtype)
-                part = torch.empty((splits, M, N), device=device, dtype=torch.float32)
-                tile(a, b, part)
-                total(part, c)
-                return c
-            return run_split_prepared
-        tile = Prepared(_matmul_tile_kernel, (tiles,), (M, N, K, *strides, N, 1, 0, 0, 0, K, 0, cols), **meta)
-
-        def run_tile_prepared(a, b):
-            c = torch.empty((M, N), device=device, dtype=dtype)
-            tile(a, b, c)
-            return c
-        return run_tile_prepared
+    def tile_launch(c):  # the tile kernel prepared for B's readable columns c (see _load_cols)
+        return Prepared(_matmul_tile_kernel, (tiles, 1, splits) if splits > 1 else (tiles,),
+                        (M, N, K, *strides, N, 1, 0, 0, 0, *split, c), **meta)
+    # One launch where B's shape and strides decide its readable columns; where its storage does,
+    # one for each answer (N, or N rounded up to 16), picked at each call.
+    launches = {c: tile_launch(c) for c in ((cols,) if cols is not None else (N, cdiv(N, 16) * 16))}
     if splits > 1:
-        sum_grid = (cdiv(M * N, 1024),)
+        total = Prepared(_sum_splits_kernel, (cdiv(M * N, 1024),), (splits, M * N, N, N, 1), BLOCK=1024)
 
         def run_split(a, b):
             c = torch.empty((M, N), device=device, dtype=dtype)
             part = torch.empty((splits, M, N), device=device, dtype=torch.float32)
-            launch(_matmul_tile_kernel, (tiles, 1, splits), a, b, part, M, N, K, *strides, N, 1, 0, 0, 0,
-                   k_split, M * N, _load_cols(b) if cols is None else cols, **meta)
-            launch(_sum_splits_kernel, sum_grid, part, c, splits, M * N, N, N, 1, BLOCK=1024)
+            launches[cols or _load_cols(b)](a, b, part)
+            total(part, c)
             return c
         return run_split
 
     def run_tile(a, b):
         c = torch.empty((M, N), device=device, dtype=dtype)
-        launch(_matmul_tile_kernel, (tiles,), a, b, c, M, N, K, *strides, N, 1, 0, 0, 0, K, 0,
-               _load_cols(b) if cols is None else cols, **meta)
+        launches[cols or _load_cols(b)](a, b, c)
         return c
     return run_tile
 
