@@ -185,8 +185,18 @@ def checked_supplied(supplied, env: dict) -> tuple[dict | None, str | None]:
     return supplied, None
 
 
-def _measured_here(fresh: bool) -> str:
-    return TIMED_NOW if fresh else TIMED_EARLIER
+def _baselines_here(res, key: tuple, supplied: dict | None, measure) -> dict:
+    """The baselines the candidate is compared with: the supplied ones, those this process timed for
+    the problem earlier, or measure()'s now (kept for the next candidates). Named in res.extra, and
+    read into the result before the candidate is timed, whatever its verdict (the parent keeps the
+    numbers of the judgement that timed them: kb/evaluate.py)."""
+    fresh = supplied is None and key not in _baselines
+    if fresh:
+        _baselines[key] = measure()
+    base = supplied or _baselines[key]
+    res.extra["baselines"] = SUPPLIED if supplied else TIMED_NOW if fresh else TIMED_EARLIER
+    res.eager_us, res.compile_us = base["eager_us"], base["compile_us"]
+    return base
 
 
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
@@ -208,15 +218,7 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
         bj.arm(max(1.0, deadline - time.monotonic() - 0.5))
         sampled = None if stateful else kb_sampled(prob, init, device, seed, inputs)
         with torch.no_grad():
-            key = (code, "cpu")
-            fresh = supplied is None and key not in _baselines
-            if fresh:
-                _baselines[key] = baselines_cpu(prob, init, seed, inputs)
-            # read before the candidate is timed, and into the result whatever its verdict (the
-            # parent keeps the numbers of the judgement that timed them: kb/evaluate.py)
-            base = supplied or _baselines[key]
-            res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
-            res.eager_us, res.compile_us = base["eager_us"], None
+            _baselines_here(res, (code, "cpu"), supplied, lambda: baselines_cpu(prob, init, seed, inputs))
             t = time_cpu(new, inputs, sampled=sampled)
             why = sampled.verdict() if sampled is not None else None
         bj.disarm()
@@ -236,21 +238,20 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     from autokernel.bench.timing import COMPILE_MODE
 
     reps = QUICK_REPS if quick else REPS
-    key = (code, "cuda")
     baseline_s = 0.0  # the bench's own time: not taken from the candidate's limit
-    fresh = supplied is None and key not in _baselines
-    if fresh:
+
+    def measure() -> dict:
+        nonlocal baseline_s
         notify({"extend_s": 2 * BASELINE_S})
         t0 = time.monotonic()
         try:
-            _baselines[key] = baselines_gpu(prob, init, seed, inputs)
+            return baselines_gpu(prob, init, seed, inputs)
         finally:
             baseline_s = time.monotonic() - t0
             notify({"extend_s": baseline_s - 2 * BASELINE_S})
-    base = supplied or _baselines[key]
+
+    base = _baselines_here(res, (code, "cuda"), supplied, measure)
     eager_us, comp_us, comp_err = base["eager_us"], base["compile_us"], base.get("compile_error")
-    res.extra["baselines"] = SUPPLIED if supplied else _measured_here(fresh)
-    res.eager_us, res.compile_us = eager_us, comp_us  # in the result whatever its verdict (see time_model)
     bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
     sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():

@@ -282,6 +282,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1),
                           exempt=exempt)
             outs = None
+
+            def earlier(n=trial):  # the earlier trials' inputs, made again: a stateful reference replays them
+                return (trial_inputs.made(s) for s in range(n))
             try:
                 out = watch.call(new, args)
                 if trial == 0:
@@ -292,7 +295,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 check_no_alias([o for o in flat(out) if isinstance(o, torch.Tensor)], args)
                 fresh = trial_inputs.made(trial)  # after the call: the inputs again, then the reference
                 check_inputs_unchanged(fresh, args)
-                exact = reference.outputs(fresh, lambda: (trial_inputs.made(s) for s in range(trial)))
+                exact = reference.outputs(fresh, earlier)
                 floats = [t for t in flat(exact) if isinstance(t, torch.Tensor) and t.is_floating_point()]
                 out_dtype = floats[0].dtype if floats else torch.float32
                 why = watch.downcast(out_dtype)
@@ -315,9 +318,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 res.stages.append(StageVerdict("smoke", "fail", f"trial {trial + 1}/{TRIALS}: {exc}"))
                 res.outcome, res.error = INCORRECT, f"correctness trial {trial + 1}/{TRIALS}: {exc}"
                 if degenerate is None and outs is not None:  # values compared and missed
-                    degenerate = ill_conditioned(reference, trial_inputs.made(trial),
-                                                 lambda: (trial_inputs.made(s) for s in range(trial)),
-                                                 flat(exact), atol, rtol)
+                    degenerate = ill_conditioned(reference, trial_inputs.made(trial), earlier, flat(exact),
+                                                 atol, rtol)
                 res.extra["degenerate"] = degenerate
                 return {"result": res.to_dict(), "restart": False}
             sizes = [t.numel() * t.element_size() for t in flat(exact) if isinstance(t, torch.Tensor)]
