@@ -58,19 +58,13 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     for shape, w in zip(shapes, weights):
         refill = Refill(spec, shape, dtype, device)
         args = refill.args
-        sampled = Sampled(spec_expected(spec, refill))
-        t = timing.time_call(fn, args, device, refill=refill, on_sample=sampled.take)
-        ctx.verify()
-        why = sampled.verdict()
+        t, why = _timed(ctx, fn, spec, refill, device)
         if not why and _tail_reason(t):
             # A tail is hidden work, or the host stalled between the last end event and the idle one
             # (the H200's host judged an honest rmsnorm "still running 271 us"). Timed again, hidden
             # work shows again and a stall does not; the second timing is the one kept, so a
             # candidate that hides work only in the first gains nothing.
-            sampled = Sampled(spec_expected(spec, refill))
-            t = timing.time_call(fn, args, device, refill=refill, on_sample=sampled.take)
-            ctx.verify()
-            why = sampled.verdict()
+            t, why = _timed(ctx, fn, spec, refill, device)
         why = why or _tail_reason(t)
         if why:
             return f"{spec.shape_label(shape)}: {why}"
@@ -84,9 +78,8 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
             if e and t["median_us"] * FLAG_SPEEDUP < e:
                 # Too good to be true: time again (more repetitions) before reporting; still over
                 # 10x -> flagged for review, never trusted silently.
-                sampled = Sampled(spec_expected(spec, refill))
-                t = timing.time_call(fn, args, device, min_reps=200, refill=refill, on_sample=sampled.take)
-                why = sampled.verdict() or _tail_reason(t)
+                t, why = _timed(ctx, fn, spec, refill, device, min_reps=200)
+                why = why or _tail_reason(t)
                 if why:
                     return f"{spec.shape_label(shape)}: {why}"
                 res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
@@ -108,7 +101,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
         nbytes += w * spec.bytes(shape, dtype)
         have_eager, eager = (have_eager, eager + w * e) if e is not None else (False, eager)
         have_comp, comp = (have_comp, comp + w * c) if c is not None else (False, comp)
-        del args, refill, sampled
+        del args, refill
     res.gpu_timing = True
     res.latency_us, res.latency_iqr_us, res.wall_us = lat, iqr, wall_total
     res.eager_us = eager if have_eager else None
@@ -123,6 +116,15 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
                      ceilings={k: ceilings.get(k) for k in ("copy_gbps", "matmul_tflops_fp32", "matmul_tflops_fp16",
                                                             "matmul_tflops_bf16")})
     return None
+
+
+def _timed(ctx, fn, spec, refill: Refill, device: str, **more) -> tuple[dict, str | None]:
+    """One GPU timing of the candidate at refill's shape, a sample of its timed outputs checked
+    against the reference (their verdict, or None), the judge's integrity checked after it."""
+    sampled = Sampled(spec_expected(spec, refill))
+    t = timing.time_call(fn, refill.args, device, refill=refill, on_sample=sampled.take, **more)
+    ctx.verify()
+    return t, sampled.verdict()
 
 
 def _tail_reason(t: dict) -> str | None:
