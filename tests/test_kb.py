@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -416,22 +417,28 @@ def test_degenerate_problem_is_marked(kb_worker, problems):
     assert "tolerance of zero" in res.extra["degenerate"]
 
 
+def forward_problems(root: Path, forwards: dict[str, str], inputs: str, init: str = "") -> list:
+    """Level-1 problems of a checkout made at `root`, one per file name: a Model without arguments
+    whose __init__ adds `init` and whose forward(x) is the given body, on the inputs `inputs`."""
+    from autokernel.kb.problems import load_problems
+
+    head = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n" + init + "\n    def forward(self, x):\n")
+    tail = "\n\n\ndef get_inputs():\n    return [" + inputs + "]\n\n\ndef get_init_inputs():\n    return []\n"
+    root = make_checkout(root, {1: {name: head + body + tail for name, body in forwards.items()}})
+    return load_problems("checkout", root, level=1)
+
+
 def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp_path, home):
     """L2 66 / 83: dropout in training mode draws other values on every call, so no candidate can
     match it; a forward that counts its calls is not random (the check's copy starts from the same
     state), and is judged as KernelBench calls it, Model and ModelNew in step: each trial's reference,
     built anew after the candidate's call, first replays the earlier trials (kb/inputs.Reference), so
     a ModelNew that counts its calls too is correct."""
-    from autokernel.kb.problems import load_problems
-
-    body = "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.calls = 0\n\n" \
-           "    def forward(self, x):\n{}\n\n\ndef get_inputs():\n    return [torch.randn(8, 64)]\n\n\n" \
-           "def get_init_inputs():\n    return []\n"
-    files = {"1_Dropout.py": "        return nn.functional.dropout(torch.relu(x), 0.5, training=True)",
-             "2_Counting.py": "        self.calls += 1\n        return torch.relu(x) * self.calls"}
-    root = make_checkout(tmp_path / "kbrandom", {1: {n: "import torch\nimport torch.nn as nn\n\n\n" + body.format(f)
-                                                      for n, f in files.items()}})
-    random_p, counting = load_problems("checkout", root, level=1)
+    random_p, counting = forward_problems(
+        tmp_path / "kbrandom", {"1_Dropout.py": "        return nn.functional.dropout(torch.relu(x), 0.5, training=True)",
+                                "2_Counting.py": "        self.calls += 1\n        return torch.relu(x) * self.calls"},
+        inputs="torch.randn(8, 64)", init="        self.calls = 0\n")
     res = kb_worker.evaluate(random_p, solution("return nn.functional.dropout(kernel_fn(x), 0.5, training=True)"),
                              timeout_s=60)
     assert res.outcome == "incorrect" and "reference output is random" in res.extra["degenerate"]
@@ -449,16 +456,10 @@ def test_an_ill_conditioned_reference_is_reported_apart(kb_worker, tmp_path, hom
     cancellation here; L3 49's exp of cumulative sums on the H200), a candidate that misses torch
     stays incorrect and the problem is marked degenerate, with the reason. A wrong candidate on a
     well-conditioned problem is not."""
-    from autokernel.kb.problems import load_problems
-
-    body = "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n" \
-           "    def forward(self, x):\n{}\n\n\ndef get_inputs():\n    return [torch.rand(8, 64)]\n\n\n" \
-           "def get_init_inputs():\n    return []\n"
-    files = {"1_Cancel.py": "        return torch.relu((x * 1e4 + 0.1) - x * 1e4)",
-             "2_Relu.py": "        return torch.relu(x)"}
-    root = make_checkout(tmp_path / "kbill", {1: {n: "import torch\nimport torch.nn as nn\n\n\n" + body.format(f)
-                                                  for n, f in files.items()}})
-    cancel, relu = load_problems("checkout", root, level=1)
+    cancel, relu = forward_problems(
+        tmp_path / "kbill", {"1_Cancel.py": "        return torch.relu((x * 1e4 + 0.1) - x * 1e4)",
+                             "2_Relu.py": "        return torch.relu(x)"},
+        inputs="torch.rand(8, 64)")
     res = kb_worker.evaluate(cancel, solution("return kernel_fn(torch.full_like(x, 0.1))"), timeout_s=60)  # the exact 0.1
     assert res.outcome == "incorrect", res.error
     assert "ill-conditioned" in res.extra["degenerate"] and "float64" in res.extra["degenerate"]
