@@ -125,6 +125,30 @@ return kernel_fn(x.contiguous())
     assert res.speedup_vs_eager == pytest.approx(first.eager_us / res.latency_us)
 
 
+def test_baselines_a_candidate_plants_before_any_were_timed_are_a_cheat(checkout):
+    """The first candidate of a fresh judge plants the baselines of every problem (the judge's cache
+    replaced, before its timing): the parent knows no judgement timed them, so the result is a cheat
+    and the next candidate meets a fresh child that times its own."""
+    planted = solution("""
+import sys
+class Planted(dict):
+    def __contains__(self, key):
+        return True
+    def __getitem__(self, key):
+        return {"eager_us": 1e12, "compile_us": 1e12, "compile_error": None}
+sys.modules["autokernel.kb.timing"]._baselines = Planted()
+return kernel_fn(x.contiguous())
+""")
+    from autokernel.kb.evaluate import KBWorker
+
+    with KBWorker() as fresh:
+        res = fresh.evaluate(checkout[1], planted)
+        assert res.outcome == "cheat" and "never timed" in res.error, (res.outcome, res.error)
+        again = fresh.evaluate(checkout[1], GOOD)
+        assert again.outcome == "correct" and again.extra["baselines"] == "timed in this judgement", again.extra
+        assert again.eager_us < 1e11
+
+
 @pytest.mark.parametrize("change, words", [({"device_key": "NVIDIA H200|sm9.0|torch2.9"}, "timed on"),
                                            ({"compile_mode": "max-autotune"}, "torch.compile mode"),
                                            ({"eager_us": None}, "no eager time")])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from autokernel.bench.result import COMPILE_ERROR, FLAG_SPEEDUP, BenchResult
+from autokernel.bench.result import CHEAT, COMPILE_ERROR, FLAG_SPEEDUP, BenchResult
 from autokernel.bench.runner import GRACE_S, BenchWorker
 from autokernel.errors import KernelFileError
 from autokernel.kb.problems import Problem
@@ -66,7 +66,14 @@ class KBWorker(BenchWorker):
         if how == TIMED_NOW and res.eager_us:
             self._timed[problem.code] = {"eager_us": res.eager_us, "compile_us": res.compile_us}
         own = baselines if how == SUPPLIED else self._timed.get(problem.code) if how == TIMED_EARLIER else None
-        if own is not None and res.latency_us:
+        if how == TIMED_EARLIER and own is None:
+            # The child says it timed them earlier, but no judgement of it did: the candidate put
+            # them there. Nothing of its timing is trusted, and the next candidate gets a fresh child.
+            self._kill()
+            res.outcome, res.error = CHEAT, ("the candidate modified the judge itself (baselines the judge "
+                                             "had never timed were in its cache)")
+            res.speedup_vs_eager = res.speedup_vs_compile = None
+        elif own is not None and res.latency_us:
             _own_baselines(res, own)
         return res
 
