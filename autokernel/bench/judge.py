@@ -152,10 +152,6 @@ def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
     return max(0.5, min(STAGE_SHARE[name] * timeout_s, deadline - time.monotonic() - 0.5))
 
 
-def _no_notify(msg: dict) -> None:
-    pass
-
-
 def end_judgement(old_handler, cuda: bool, recording=None, empty_cache: bool = False) -> bool:
     """What ends every judgement, whatever happened in it: the alarm off, the launch recording
     closed, SIGALRM's handler back, the device synchronized. True when the device is broken (the
@@ -198,7 +194,7 @@ def load_candidate(req: dict, timeout_s: float):
     return kf, import_kernel(kf)
 
 
-def judge_request(req: dict, notify=_no_notify) -> dict:
+def judge_request(req: dict) -> dict:
     try:
         spec, cuda, device = request_target(req)
     except KeyError as exc:
@@ -271,7 +267,7 @@ def judge_request(req: dict, notify=_no_notify) -> dict:
         if cuda:
             from autokernel.bench.time_candidate import time_all
 
-            why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline, notify)
+            why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline)
             disarm()
             if why:  # what it returned while timed was wrong, or work ran outside the timed stream
                 res.outcome, res.error = CHEAT, f"timing: {why}"

@@ -51,6 +51,7 @@ class BenchWorker:
         self._buf = b""
         self._info: dict[str, Any] = {}
         self.restarts = 0
+        self._trusted = None  # bench/baselines.TrustedBaselines, started by the first GPU judgement
         self.isolation: Isolation = probe()  # what the candidates get; every result records it
 
     # -- process management -----------------------------------------------------------------
@@ -114,6 +115,9 @@ class BenchWorker:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        if self._trusted is not None:
+            self._trusted.close()
+            self._trusted = None
 
     def __enter__(self) -> "BenchWorker":
         return self
@@ -230,8 +234,15 @@ class BenchWorker:
                    "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
                    "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings,
                    "gpu_compile": gpu_compile}
+        trusted = None
+        if baselines and self.info.get("device") == "cuda":
+            trusted = payload["trusted"] = self.trusted_numbers(kf.kernel_type, shapes, dtype)
         reply = self.request(payload, timeout_s + GRACE_S)
         res = self.reply_result(reply, kf.kernel_type, kf.backend)
+        if trusted is not None:
+            from autokernel.bench.baselines import settle
+
+            settle(res, trusted, self.info.get("key", ""))
         if "result" not in reply:
             res.extra["config"] = kf.config
             if reply.get("died") and self._proc is None:
@@ -239,6 +250,16 @@ class BenchWorker:
         res.duration_s = time.monotonic() - t0
         res.extra["isolation"] = self.isolation.detail
         return res
+
+    def trusted_numbers(self, kernel_type: str, shapes: list[dict] | None, dtype: str | None) -> dict[str, Any]:
+        """The eager / torch.compile baselines and ceilings of these shapes from the trusted timing
+        process (bench/baselines.py; started on first use, kept for the next judgements), or
+        {"error": why}. Never timed in the judge's child, where the candidate runs."""
+        from autokernel.bench.baselines import TrustedBaselines
+
+        if self._trusted is None:
+            self._trusted = TrustedBaselines(env=self._env, python=self._python)
+        return self._trusted.numbers(kernel_type, shapes, dtype)
 
     @staticmethod
     def _parsed(kernel, source: str | None, kernel_type: str | None):

@@ -60,7 +60,7 @@ def serve(handlers: dict[str, Handler]) -> int:
 def _judge(req: dict, send) -> dict:
     from autokernel.bench import judge
 
-    return judge.judge_request(req, notify=send)
+    return judge.judge_request(req)
 
 
 def _screen(req: dict, send) -> dict:
