@@ -108,6 +108,33 @@ def test_ledger_refuses_a_reused_buffer_and_an_overwritten_output():
     ledger.recheck([])  # NaN == NaN bytewise: unchanged
 
 
+def test_ledger_checks_outputs_over_the_copy_limit_by_random_bytes(monkeypatch):
+    """An output too large to copy whole (KEEP_BYTES) is held, and SAMPLE_BYTES random bytes of it are
+    copied: a persistent buffer that the next call overwrites is caught as for a small one (the
+    H200 judged the KernelBench persistent_buffer cheat correct at 256 MiB before this)."""
+    from autokernel.bench import across_calls
+
+    monkeypatch.setattr(across_calls, "KEEP_BYTES", 64)
+    monkeypatch.setattr(across_calls, "SAMPLE_BYTES", 32)
+    ledger = across_calls.OutputLedger()
+    buf = torch.randn(1 + 1000)
+    first = buf[1:]
+    ledger.accept("trial 1", [first])
+    assert ledger._kept[0][2].numel() == 32  # positions, not a whole copy
+    with pytest.raises(CheckFailure, match="reuses the memory of an output it returned before"):
+        ledger.recheck([buf[1:]])
+    ledger.recheck([torch.randn(1000)])
+    buf.copy_(torch.randn(1001))  # what the next call into the same buffer does
+    with pytest.raises(CheckFailure, match="trial 1 changed after a later call"):
+        ledger.recheck([torch.randn(1000)])
+    # the cap on what is held: the oldest large outputs are let go
+    monkeypatch.setattr(across_calls, "LARGE_HELD_BYTES", 2 * 4000)
+    ledger = across_calls.OutputLedger()
+    for i in range(3):
+        ledger.accept(f"trial {i + 1}", [torch.randn(1000)])
+    assert [k[0] for k in ledger._kept] == ["trial 2", "trial 3"]
+
+
 def test_library_work_is_counted_however_the_op_is_reached():
     import importlib
 

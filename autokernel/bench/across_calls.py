@@ -4,7 +4,8 @@
   candidate that returns a view of a persistent buffer (or one output object it keeps handing back)
   passes any check made right after the call; the next call overwrites what it returned. So no new
   output may share memory with an accepted one, and none may have changed since it was accepted
-  (a copy of its bytes: exact, NaN-safe).
+  (a copy of its bytes: exact, NaN-safe; of an output over KEEP_BYTES, the bytes at SAMPLE_BYTES
+  random positions, the output itself held for the memory check).
 - `Refill`: one shape's input tensors, given the values of a new seed before every timed call (the
   same memory, new contents): an output cached by input address or by a fingerprint of the
   contents is never the right answer while timed; `inputs(i)` makes call i's inputs again for its
@@ -27,16 +28,25 @@ import torch
 from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
 
 KEEP = 8  # outputs kept for re-checking (the most recent)
-KEEP_BYTES = 64 << 20  # larger outputs are not kept (a copy of a multi-GB output is not free); small ones catch it
+KEEP_BYTES = 64 << 20  # outputs up to this size are copied whole; of a larger one, SAMPLE_BYTES random bytes
+SAMPLE_BYTES = 1 << 16  # (a copy of a multi-GB output is not free, and a later call that overwrites a buffer
+# changes nearly every byte: 65536 positions the candidate cannot know miss that with no chance worth naming)
+LARGE_HELD_BYTES = 16 << 30  # large outputs held alive for the checks, at most (the oldest are let go first)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
-def unchanged(t: torch.Tensor, saved: torch.Tensor) -> bool:
-    """Bytewise equal to the copy `saved` (exact, and NaN-safe unlike ==)."""
-    return torch.equal(_bytes(t), saved)
+def unchanged(t: torch.Tensor, saved: torch.Tensor, at: torch.Tensor | None = None) -> bool:
+    """Bytewise equal to the copy `saved` (exact, and NaN-safe unlike ==); with `at`, only the bytes
+    at those positions, which `saved` holds."""
+    return torch.equal(_bytes(t) if at is None else _bytes(t)[at], saved)
+
+
+def _sample_positions(nbytes: int, device) -> torch.Tensor:
+    gen = torch.Generator(device=device).manual_seed(int.from_bytes(os.urandom(8), "little") % 2**62)
+    return torch.randint(nbytes, (SAMPLE_BYTES,), generator=gen, device=device)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -49,39 +59,53 @@ class OutputLedger:
 
     def __init__(self, keep: int = KEEP):
         self.keep = keep
-        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # label, output, a copy of its bytes
+        # label, output, None and a copy of its bytes, or (a large output) byte positions and their bytes
+        self._kept: list[tuple[str, torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
 
     def recheck(self, new: Sequence[torch.Tensor] = ()) -> None:
         """Raise CheckFailure when a new output shares memory with an accepted one, or when an
         accepted output changed since it was accepted (a later call overwrote it)."""
-        for label, old, _ in self._kept:
+        for label, old, _, _ in self._kept:
             if not old.numel():
                 continue
             for i, o in enumerate(new):
                 if isinstance(o, torch.Tensor) and o.numel() and _overlap(o, old):
                     raise CheckFailure(f"output {i} reuses the memory of an output it returned before "
                                            f"({label}): earlier results would be overwritten")
-        for label, old, saved in self._kept:
-            if not unchanged(old, saved):
+        for label, old, at, saved in self._kept:
+            if not unchanged(old, saved, at):
                 raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
                                    "memory that it overwrites)")
 
     def verify_kept(self) -> None:
         """The kept outputs among themselves: none changed since accepted, no two share memory."""
-        for j, (label, out, saved) in enumerate(self._kept):
-            if not unchanged(out, saved):
+        for j, (label, out, at, saved) in enumerate(self._kept):
+            if not unchanged(out, saved, at):
                 raise CheckFailure(f"the output it returned for {label} changed after a later call (it returns "
                                    "memory that it overwrites)")
-            for other_label, other, _ in self._kept[:j]:
+            for other_label, other, _, _ in self._kept[:j]:
                 if out.numel() and other.numel() and _overlap(out, other):
                     raise CheckFailure(f"{label} reuses the memory of {other_label}: earlier results would be "
                                        "overwritten")
 
     def accept(self, label: str, outs: Sequence[torch.Tensor]) -> None:
         for i, o in enumerate(outs):
-            if isinstance(o, torch.Tensor) and o.numel() * o.element_size() <= KEEP_BYTES:
-                self._kept.append((f"{label}, output {i}" if len(outs) > 1 else label, o, _bytes(o).clone()))
+            if not isinstance(o, torch.Tensor):
+                continue
+            name, nbytes = (f"{label}, output {i}" if len(outs) > 1 else label), o.numel() * o.element_size()
+            if nbytes <= KEEP_BYTES:
+                self._kept.append((name, o, None, _bytes(o).clone()))
+            else:
+                at = _sample_positions(nbytes, o.device)
+                self._kept.append((name, o, at, _bytes(o)[at].clone()))
         del self._kept[:-self.keep]
+        held = 0
+        for j in range(len(self._kept) - 1, -1, -1):  # newest first: the oldest large ones go over the cap
+            entry = self._kept[j]
+            if entry[2] is not None:
+                held += entry[1].numel() * entry[1].element_size()
+                if held > LARGE_HELD_BYTES:
+                    del self._kept[j]
 
     def clear(self) -> None:
         self._kept.clear()
