@@ -487,7 +487,10 @@ def test_triton_gpu_adversarial_and_layouts(triton_mod, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"}, {"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4},
+@pytest.mark.parametrize("cfg", [{"VARIANT": "tma"},
+                                 pytest.param({"VARIANT": "tma", "WARP_SPEC": True, "NUM_WARPS": 4}, marks=pytest.mark.xfail(
+                                     reason="wrong on the H200 under Triton 3.6 (2026-12-05: NaN, errors of 1.25); "
+                                            "out of the search space until a release gets it right", strict=False)),
                                  {"VARIANT": "tma", "TMA_DESC": "host"},
                                  {"VARIANT": "tma", "TMA_DESC": "host", "BLOCK_N": 128, "NUM_STAGES": 2}],
                          ids=["device", "device-warp_spec", "host", "host-128x128"])

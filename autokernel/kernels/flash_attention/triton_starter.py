@@ -110,7 +110,10 @@ SEARCH_SPACE = {
     "FP32_NUM_STAGES": [1, 2, 3],
     "FP32_PRECISION": ["ieee", "tf32x3"],
     "VARIANT": ["pointer", "tma"],
-    "WARP_SPEC": [False, True],
+    # True compiles for sm_90a but is wrong on the H200 (Triton 3.6, 2026-12-05: NaN and errors of 1.25 at
+    # 4x32x4096x128 causal, benchmarks/attention_hopper.py): the search does not propose it until a
+    # Triton release gets it right; the benchmark keeps timing it so that the day shows.
+    "WARP_SPEC": [False],
     "TMA_DESC": ["device", "host"],
     "DECODE_BLOCK_N": [16, 32, 64, 128, 256],
     "DECODE_SPLITS": [0, 1, 2, 4, 8, 16, 32],
