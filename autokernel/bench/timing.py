@@ -3,8 +3,9 @@ repetitions, median and IQR. The host is kept ahead of the GPU: each batch of re
 queued behind a GPU-side sleep longer than the host needs to queue them, so the events time the
 kernels and not the Python launch path (a 2048x4096 layer norm is ~15 us of GPU work, and a Triton
 launch from Python can take longer than that; it is the same function for every contender). The
-candidate, eager PyTorch and torch.compile are timed in the same process by the same function, so
-their numbers are comparable. GPU only: on the CPU the bench reports no timings at all.
+candidate, eager PyTorch and torch.compile are timed by the same function, so their numbers are
+comparable; the two baselines in the trusted timing process (bench/baseline_worker.py), out of the
+candidate's reach. GPU only: on the CPU the bench reports no timings at all.
 
 What the candidate is timed on changes at every repetition: `refill(i)` writes new values into
 the same input tensors (outside the events, before the flush), so an output cached by input
