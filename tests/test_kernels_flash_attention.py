@@ -448,7 +448,10 @@ def test_attention_benchmark_candidates_are_valid_configs():
     assert {(o or {}).get("VARIANT", "pointer") for o in every.values()} == {"pointer", "tma"}
     for label, overrides in every.items():
         if overrides:
-            assert all(v in kf.search_space[k] for k, v in overrides.items()), label
+            # the warp-specialized rows are timed outside the search space (wrong on the H200 under
+            # Triton 3.6): the benchmark shows the day a release gets them right
+            tracked = {k: v for k, v in overrides.items() if not (k == "WARP_SPEC" and v)}
+            assert all(v in kf.search_space[k] for k, v in tracked.items()), label
             assert ok(dict(kf.config, **overrides)), label
     if not HAS_CUDA:
         assert bench.main(["--variant", "tma"]) == 2
