@@ -61,6 +61,21 @@ def shape_key(shape: Any) -> str:
     return json.dumps(shape, sort_keys=True) if isinstance(shape, dict) else str(shape)
 
 
+def weighted_totals(rows: Iterable[dict]) -> tuple[float, Optional[float], Optional[float]]:
+    """A result's per-shape rows summed by their weights: (latency, eager, torch.compile) in us, the
+    last two None where a row has no time for them."""
+    lat = eager = comp = 0.0
+    have_eager = have_comp = True
+    for r in rows:
+        w = float(r.get("weight") or 1.0)
+        lat += w * r["latency_us"]
+        have_eager = have_eager and bool(r.get("eager_us"))
+        have_comp = have_comp and bool(r.get("compile_us"))
+        eager += w * (r.get("eager_us") or 0.0)
+        comp += w * (r.get("compile_us") or 0.0)
+    return lat, (eager if have_eager else None), (comp if have_comp else None)
+
+
 def per_shape(details_json: Optional[str]) -> list[dict]:
     try:
         rows = json.loads(details_json or "[]")

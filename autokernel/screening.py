@@ -83,22 +83,15 @@ def fill_library(res: Any, start_shapes: list[dict]) -> None:
     if not res.correct or not rows:
         return
     lib = {objective.shape_key(r.get("shape")): r for r in start_shapes}
-    eager = comp = lat = 0.0
-    have_eager = have_comp = True
     for r in rows:
         base = lib.get(objective.shape_key(r.get("shape")), {})
         for k in ("eager_us", "compile_us", "eager_wall_us"):
             if r.get(k) is None and base.get(k) is not None:
                 r[k] = base[k]
-        w = float(r.get("weight") or 1.0)
-        lat += w * r["latency_us"]
-        have_eager = have_eager and bool(r.get("eager_us"))
-        have_comp = have_comp and bool(r.get("compile_us"))
-        eager += w * (r.get("eager_us") or 0.0)
-        comp += w * (r.get("compile_us") or 0.0)
-    if res.eager_us is None and have_eager and lat > 0:
+    lat, eager, comp = objective.weighted_totals(rows)
+    if res.eager_us is None and eager is not None and lat > 0:
         res.eager_us, res.speedup_vs_eager = eager, eager / lat
         res.flagged = res.flagged or res.speedup_vs_eager > FLAG_SPEEDUP
-    if res.compile_us is None and have_comp and lat > 0:
+    if res.compile_us is None and comp is not None and lat > 0:
         res.compile_us, res.speedup_vs_compile = comp, comp / lat
     res.extra["library_timings"] = "the run's starting point (timed once per kernel and shape)"

@@ -10,7 +10,8 @@ import pytest
 
 from autokernel.bench import CORRECT, BenchResult, BenchWorker
 from autokernel.bench.baseline_worker import CPU_REPLY
-from autokernel.bench.baselines import TrustedBaselines, by_shape, settle, shape_key
+from autokernel.bench.baselines import TrustedBaselines, by_shape, settle
+from autokernel.objective import shape_key
 
 CHEATS = Path(__file__).parent / "cheats"
 KEY = "NVIDIA H200|sm9.0|torch2.11"

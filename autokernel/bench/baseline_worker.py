@@ -20,6 +20,7 @@ does not time on the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -52,15 +53,13 @@ def measure(req: dict, send) -> dict:
     try:
         for shape in shapes:
             entry = {"shape": shape, "eager_us": None, "compile_us": None, "eager_wall_us": None}
-            # each shape on its own clock: the parent's limit moves by what the child announces
-            send({"extend_s": bj.BASELINE_S})
-            t0 = time.monotonic()
-            bj.arm(bj.BASELINE_S)
+            reply["baselines"].append(entry)
             try:
-                args = make_inputs(spec, shape, dtype, device, seed=1234)
-                entry["eager_us"], entry["compile_us"] = timing.baseline_times(spec, shape, dtype, args, device)
-                entry["eager_wall_us"] = timing.eager_wall(spec, shape, dtype, args)
-                del args
+                with _own_clock(send):
+                    args = make_inputs(spec, shape, dtype, device, seed=1234)
+                    entry["eager_us"], entry["compile_us"] = timing.baseline_times(spec, shape, dtype, args, device)
+                    entry["eager_wall_us"] = timing.eager_wall(spec, shape, dtype, args)
+                    del args
             except bj.StageTimeout:
                 entry["error"] = f"baselines exceeded {bj.BASELINE_S:.0f} s"
             except Exception as exc:  # noqa: BLE001 - the reference failed at this shape: no numbers for it
@@ -68,24 +67,29 @@ def measure(req: dict, send) -> dict:
                 entry["error"] = f"{type(root).__name__}: {root}"[:300]
                 if bj.classify(exc)[1]:  # a broken CUDA context: the parent starts a fresh child
                     reply["restart"] = True
-                    reply["baselines"].append(entry)
                     return reply
-            finally:
-                bj.disarm()
-                send({"extend_s": (time.monotonic() - t0) - bj.BASELINE_S})
-            reply["baselines"].append(entry)
         if req.get("ceilings", True):
-            send({"extend_s": bj.BASELINE_S})
-            t0 = time.monotonic()
-            bj.arm(bj.BASELINE_S)
-            try:
+            with _own_clock(send):
                 reply["ceilings"] = ceilings_here()
-            finally:
-                bj.disarm()
-                send({"extend_s": (time.monotonic() - t0) - bj.BASELINE_S})
     finally:
         signal.signal(signal.SIGALRM, old)
     return reply
+
+
+@contextlib.contextmanager
+def _own_clock(send):
+    """BASELINE_S of the stage alarm for the work inside, announced to the parent first (its limit
+    moves by it) and what was not used given back after."""
+    from autokernel.bench import judge as bj
+
+    send({"extend_s": bj.BASELINE_S})
+    t0 = time.monotonic()
+    bj.arm(bj.BASELINE_S)
+    try:
+        yield
+    finally:
+        bj.disarm()
+        send({"extend_s": (time.monotonic() - t0) - bj.BASELINE_S})
 
 
 def main() -> int:

@@ -14,51 +14,32 @@ same shapes costs one round trip.
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any, Optional
+from typing import Any
 
-from autokernel.bench.runner import BenchWorker
-from autokernel.bench.sandbox import Isolation, importable_env
+from autokernel.bench.runner import TrustedWorker
+from autokernel.objective import shape_key, weighted_totals
 
 FIRST_REPLY_S = 60.0  # before the first shape is announced (its spec import); each shape extends it
 TRUSTED = "none: the trusted timing process, running only the specs' references (no candidate code)"
 
 
-class TrustedBaselines(BenchWorker):
+class TrustedBaselines(TrustedWorker):
     """A trusted child that times the references of kernel specs."""
 
     module = "autokernel.bench.baseline_worker"
     label = "the trusted timing process"
     log_prefix = "ak-bench-baselines-"
-
-    def __init__(self, *, env: Optional[dict[str, str]] = None, python: str = sys.executable):
-        super().__init__(env=env, python=python)
-
-    def launch(self):
-        return [self._python, "-m", self.module], importable_env(self._env), Isolation(False, TRUSTED)
+    trusted = TRUSTED
 
     def numbers(self, kernel_type: str, shapes: list[dict] | None, dtype: str | None,
                 timeout_s: float = FIRST_REPLY_S) -> dict[str, Any]:
         """The reply of the "baselines" request (see baseline_worker), or {"error": one line}. Never
         raises for a failing reference or child: the judgement goes on without baselines."""
         try:
-            reply = self.request({"op": "baselines", "kernel_type": kernel_type, "shapes": shapes, "dtype": dtype},
-                                 timeout_s)
+            return self.ask({"op": "baselines", "kernel_type": kernel_type, "shapes": shapes, "dtype": dtype},
+                            timeout_s)
         except Exception as exc:  # noqa: BLE001 - the child did not start: no baselines, and why
             return {"error": f"{self.label} did not start: {exc}"[:300]}
-        if "bench_error" in reply:
-            return {"error": str(reply["bench_error"]).strip().splitlines()[-1][:300]}
-        if reply.get("died") or reply.get("timeout"):
-            lines = str(reply.get("error") or "").strip().splitlines() or ["no output"]
-            how = "timed out" if reply.get("timeout") else "died"
-            return {"error": f"{self.label} {how}: {lines[-1][:200]}"}
-        return reply
-
-
-def shape_key(shape: dict) -> str:
-    """A shape as the trusted reply names it (a JSON round trip of the canonical shape)."""
-    return json.dumps(shape, sort_keys=True)
 
 
 def by_shape(trusted: dict | None, device_key: str, dtype: str) -> tuple[dict[str, dict], str | None]:
@@ -75,26 +56,23 @@ def by_shape(trusted: dict | None, device_key: str, dtype: str) -> tuple[dict[st
 
 
 def settle(res, trusted: dict | None, device_key: str) -> None:
-    """Set a judged result's baselines and speed-ups from the trusted numbers this process holds,
-    whatever the judge's child (which ran the candidate) put there; only its own latencies are
-    kept. A result without GPU timing is left as it is."""
+    """Put a judged result's baselines and speed-ups (per shape and weighted) from the trusted numbers
+    this process holds: the judge's child, which ran the candidate, reports only its own latencies.
+    A result without GPU timing is left as it is."""
     per = res.extra.get("per_shape") if res.gpu_timing else None
     if not per:
         return
     known, why = by_shape(trusted, device_key, res.dtype)
-    lat = eager = comp = 0.0
-    have_eager = have_comp = True
+    if not why and trusted.get("compile_mode"):
+        res.extra["compile_mode"] = trusted["compile_mode"]
     for row in per:
         k = known.get(shape_key(row["shape"]), {})
         row["eager_us"], row["compile_us"] = k.get("eager_us"), k.get("compile_us")
         row["eager_wall_us"] = k.get("eager_wall_us")
-        w = row["weight"]
-        lat += w * row["latency_us"]
-        have_eager, eager = (have_eager, eager + w * k["eager_us"]) if k.get("eager_us") else (False, eager)
-        have_comp, comp = (have_comp, comp + w * k["compile_us"]) if k.get("compile_us") else (False, comp)
-    res.eager_us = eager if have_eager else None
-    res.compile_us = comp if have_comp else None
-    res.speedup_vs_eager = eager / lat if have_eager and lat > 0 else None
-    res.speedup_vs_compile = comp / lat if have_comp and lat > 0 else None
-    if why or not have_eager:
-        res.extra.setdefault("baseline_error", why or "the trusted process timed no baselines at some shapes")
+        if not why and not k.get("eager_us"):
+            why = k.get("error") or f"{shape_key(row['shape'])}: the trusted process timed no baselines here"
+    lat, res.eager_us, res.compile_us = weighted_totals(per)
+    res.speedup_vs_eager = res.eager_us / lat if res.eager_us is not None and lat > 0 else None
+    res.speedup_vs_compile = res.compile_us / lat if res.compile_us is not None and lat > 0 else None
+    if why:
+        res.extra["baseline_error"] = why

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from autokernel.bench.isolation import clean_env, describe_exit, kill_group
 from autokernel.bench.result import COMPILE_ERROR, CRASHED, TIMEOUT, BenchResult
-from autokernel.bench.sandbox import Isolation, probe, sandboxed
+from autokernel.bench.sandbox import Isolation, importable_env, probe, sandboxed
 from autokernel.errors import BenchError, KernelFileError
 from autokernel.textfmt import tail
 
@@ -307,6 +307,30 @@ class BenchWorker:
         reply = self.request({"op": "calibrate"}, timeout_s)
         if "ceilings" not in reply:
             raise BenchError(f"calibration failed: {reply.get('error') or reply.get('bench_error')}")
+        return reply
+
+
+class TrustedWorker(BenchWorker):
+    """A child that runs only trusted code (the references of specs or problems, never a candidate):
+    started outside the sandbox, and asked with `ask`, whose failures are replies, not exceptions.
+    Subclasses set `module`, `label`, `log_prefix` and `trusted` (what results record as isolation)."""
+
+    trusted = "none: a trusted process (no candidate code)"
+
+    def launch(self):
+        return [self._python, "-m", self.module], importable_env(self._env), Isolation(False, self.trusted)
+
+    def ask(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The child's reply, or {"error": one line} when the request failed in the child (bench_error:
+        its last line), or the child died or hung (the first and last lines of its output)."""
+        reply = self.request(payload, timeout_s)
+        if "bench_error" in reply:
+            lines = str(reply["bench_error"]).strip().splitlines() or ["no output"]
+            return {"error": lines[-1][:300]}
+        if reply.get("died") or reply.get("timeout"):  # out of memory in the host, a segfault, a hang
+            lines = str(reply.get("error") or "").strip().splitlines() or ["no output"]
+            how = "timed out" if reply.get("timeout") else "died"
+            return {"error": f"{how}: {lines[0][:150]}" + (f" ... {lines[-1][-150:]}" if len(lines) > 1 else "")}
         return reply
 
 

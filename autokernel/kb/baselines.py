@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from autokernel.bench.runner import BenchWorker
-from autokernel.bench.sandbox import Isolation, importable_env
+from autokernel.bench.runner import TrustedWorker
 from autokernel.kb.evaluate import DEFAULT_SEED
 from autokernel.kb.problems import Problem
 
@@ -63,30 +62,21 @@ def cache_env(cache_dir: Path, compile_threads: Optional[int] = None) -> dict[st
     return env
 
 
-class BaselineWorker(BenchWorker):
+class BaselineWorker(TrustedWorker):
     """A trusted child (kb/baseline_worker.py) on the shared cache in `cache_dir`."""
 
     module = "autokernel.kb.baseline_worker"
     label = "the trusted baselines process"
     log_prefix = "ak-kb-baselines-"
+    trusted = TRUSTED
 
     def __init__(self, cache_dir: Path, *, compile_threads: Optional[int] = None, python: str = sys.executable):
         for sub in ("inductor", "triton"):
             (Path(cache_dir) / sub).mkdir(parents=True, exist_ok=True)
         super().__init__(env={**os.environ, **cache_env(cache_dir, compile_threads)}, python=python)
 
-    def launch(self):
-        return [self._python, "-m", self.module], importable_env(self._env), Isolation(False, TRUSTED)
-
     def _ask(self, op: str, problem: Problem, seed: int, timeout_s: float) -> dict:
-        reply = self.request({"op": op, "problem_code": problem.code, "seed": seed}, timeout_s)
-        if "bench_error" in reply:
-            return {"error": str(reply["bench_error"])[-300:]}
-        if reply.get("died") or reply.get("timeout"):  # out of memory in the host, a segfault, a hang
-            lines = str(reply.get("error") or "").strip().splitlines() or ["no output"]
-            how = "timed out" if reply.get("timeout") else "died"
-            return {"error": f"{how}: {lines[0][:150]}" + (f" ... {lines[-1][-150:]}" if len(lines) > 1 else "")}
-        return reply
+        return self.ask({"op": op, "problem_code": problem.code, "seed": seed}, timeout_s)
 
     def compile(self, problem: Problem, seed: int = DEFAULT_SEED, timeout_s: float = COMPILE_TIMEOUT_S) -> dict:
         """torch.compile of the problem's Model into the cache: {"compiled": True, "cache", "s"} or {"error"}."""
