@@ -28,10 +28,14 @@ def _nbytes(args) -> int:
     return sum(a.numel() * a.element_size() for a in _tensors(args))
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["rmsnorm", "matmul"])
-def test_every_windowed_call_is_made_again_exactly_for_its_reference(name):
+def test_every_windowed_call_is_made_again_exactly_for_its_reference(name, device):
     spec, shape = _shape(name)
-    refill = Refill(spec, shape, torch.float32, "cpu")
+    refill = Refill(spec, shape, torch.float32, device)
     assert refill.windowed and _nbytes(refill.args) >= WINDOW_MIN_BYTES
     ptrs = [a.data_ptr() for a in _tensors(refill.args)]
     strides = [a.stride() for a in _tensors(refill.args)]
@@ -48,13 +52,14 @@ def test_every_windowed_call_is_made_again_exactly_for_its_reference(name):
     assert [a.stride() for a in _tensors(refill.args)] == strides
 
 
-def test_windowed_contents_change_every_call_and_their_values_every_epoch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_windowed_contents_change_every_call_and_their_values_every_epoch(device):
     spec, shape = _shape("rmsnorm")
-    refill = Refill(spec, shape, torch.float32, "cpu")
+    refill = Refill(spec, shape, torch.float32, device)
     seen = set()
     for i in range(2 * EPOCH_CALLS):
         refill(i)
-        seen.add(hash(refill.args[0].numpy().tobytes()))
+        seen.add(hash(refill.args[0].cpu().numpy().tobytes()))
     assert len(seen) == 2 * EPOCH_CALLS, "the same contents were presented twice"
     refill(0)
     early = refill.args[0].clone()

@@ -76,8 +76,10 @@ def _verify_from_a_keyed_process(home, run_id: int, secret: str, sandbox: bool) 
             data, error = verify_run(store, Workspace.open(home), {run_id}, lambda event: None)
         print(json.dumps({{"data": data, "error": error}}))
     """)
-    env = {**os.environ, "OPENAI_API_KEY": secret, "PYTHONPATH": str(ROOT), "AUTOKERNEL_HOME": str(home.home),
-           "AUTOKERNEL_SANDBOX": "1" if sandbox else "0"}
+    env = {**os.environ, "OPENAI_API_KEY": secret, "AUTOKERNEL_HOME": str(home.home),
+           "AUTOKERNEL_SANDBOX": "1" if sandbox else "0",
+           # the repo first, then whatever the caller had (scripts/gpu.sh puts the wheels there)
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -140,8 +140,8 @@ class Refill:
     (an fp32 draw, a cast and a copy, ~15 bytes per element, and ~150 us of host time; on the H100
     a refilled timing took twice the plain one). So inputs of WINDOW_MIN_BYTES and more are refilled
     from a pool twice their size, made of two draws of make_inputs: call i copies, per tensor, the
-    window that starts at an offset that only the judge knows (hashed from a secret base and i), one
-    copy per tensor. Every EPOCH_CALLS calls one half of the pool is drawn again from a new seed.
+    window that starts at an offset that only the judge knows (SHAKE-256 of a secret base and the
+    call's epoch), one copy per tensor. Every EPOCH_CALLS calls one half of the pool is drawn again from a new seed.
     A window shares no alignment with earlier ones that the candidate can plan for, and the values
     change every epoch, so no output it computed before is the right one; recognizing a window still
     means reading the input, which is what the kernel costs. Smaller inputs, and layouts that are not
@@ -159,9 +159,13 @@ class Refill:
                                  if isinstance(a, torch.Tensor) and a.numel()))
         self.args = first
         if self.windowed:
-            self.pools = [torch.empty(2 * a.numel(), dtype=a.dtype, device=a.device) if o is not None else None
-                          for a, o in zip(first, self.orders)]
+            live = [isinstance(a, torch.Tensor) and a.numel() > 0 for a in first]
+            self.pools = [torch.empty(2 * a.numel(), dtype=a.dtype, device=a.device) if ok else None
+                          for a, ok in zip(first, live)]
+            self.flats = [_flat(a, o) if ok else None for a, o, ok in zip(first, self.orders, live)]
+            self.sizes = [a.numel() if ok else 0 for a, ok in zip(first, live)]
             self.held = [None, None]  # the epoch whose draw each half of the pools holds
+            self._offsets: tuple[int | None, list[int]] = (None, [])
             self(-1)
 
     def _seed(self, k: int) -> int:
@@ -170,9 +174,15 @@ class Refill:
     def _draw(self, k: int) -> tuple:
         return make_inputs(self.spec, self.shape, self.dtype, self.device, self._seed(k))
 
-    def _offset(self, i: int, j: int, n: int) -> int:
-        h = hashlib.blake2b(f"{self.base}:{i}:{j}".encode(), digest_size=8).digest()
-        return int.from_bytes(h, "little") % (n + 1)
+    def _offset(self, i: int, j: int) -> int:
+        """Where call i's window of tensor j starts: SHAKE-256 of the secret base and i's epoch gives
+        the whole epoch's offsets at once (a per-call hash cost more host time than the copy)."""
+        e, k = divmod(i, EPOCH_CALLS)
+        if self._offsets[0] != e:
+            raw = hashlib.shake_256(f"{self.base}:{e}".encode()).digest(8 * EPOCH_CALLS * len(self.pools))
+            self._offsets = (e, [int.from_bytes(raw[8 * q:8 * q + 8], "little") for q in range(len(raw) // 8)])
+        n = self.sizes[j]
+        return self._offsets[1][k * len(self.pools) + j] % (n + 1)
 
     def _epochs(self, i: int) -> dict[int, int]:
         """{half: epoch}: the draws the pool holds at call i (its epoch's in one half, the previous
@@ -192,15 +202,15 @@ class Refill:
             return self._draw(i)
         draws = {half: self._draw(epoch) for half, epoch in self._epochs(i).items()}
         out = []
-        for j, (a, o) in enumerate(zip(self.args, self.orders)):
-            if o is None:
+        for j, (a, o, pool) in enumerate(zip(self.args, self.orders, self.pools)):
+            if pool is None:
                 out.append(draws[0][j])
                 continue
-            n = a.numel()
-            pool = torch.cat([_flat(draws[h][j], memory_order(draws[h][j]) or o) for h in (0, 1)])
+            n = self.sizes[j]
+            whole = torch.cat([_flat(draws[h][j], memory_order(draws[h][j]) or o) for h in (0, 1)])
             t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
-            at = self._offset(i, j, n)
-            _flat(t, o).copy_(pool[at:at + n])
+            at = self._offset(i, j)
+            _flat(t, o).copy_(whole[at:at + n])
             out.append(t)
         return tuple(out)
 
@@ -213,11 +223,10 @@ class Refill:
         for half, epoch in self._epochs(i).items():
             if self.held[half] != epoch:
                 self._fill(half, epoch)
-        for j, (a, o, pool) in enumerate(zip(self.args, self.orders, self.pools)):
+        for j, (flat, pool) in enumerate(zip(self.flats, self.pools)):
             if pool is not None:
-                n = a.numel()
-                at = self._offset(i, j, n)
-                _flat(a, o).copy_(pool[at:at + n])
+                at = self._offset(i, j)
+                flat.copy_(pool[at:at + self.sizes[j]])
 
 
 def _overlapping(tensors: list[torch.Tensor]) -> bool:
