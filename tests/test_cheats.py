@@ -292,8 +292,13 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
                 torch.cuda.synchronize()
 
         profiled()  # the profiler's first start
-        steps = {"plain": lambda: timing.time_call(fn, args, "cuda"),
-                 "refill": lambda: timing.time_call(fn, args, "cuda", refill=refill),
+        reps = {}  # what one repetition costs the host and the GPU, plain and refilled
+
+        def timed(name, **more):
+            reps[name] = timing.time_call(fn, args, "cuda", **more)
+
+        steps = {"plain": lambda: timed("plain"),
+                 "refill": lambda: timed("refill", refill=refill),
                  "samples": sampled_run,
                  "plain wall": lambda: timing.wall_call(fn, args),
                  "wall refill": lambda: timing.wall_call(fn, args, refill=refill),
@@ -303,6 +308,9 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
         parts["samples"] += max(0.0, t["samples"] - t["refill"])
         parts["wall refill"] += max(0.0, t["wall refill"] - t["plain wall"])
         parts["profiled call"] += t["profiled call"]
+        print(spec.shape_label(shape), ", ".join(
+            f"{k}: {r['reps']} reps, host {r['host_rep_us']:.0f} us, GPU {r['gpu_rep_us']:.0f} us per rep, "
+            f"{1e3 * t[k]:.0f} ms" for k, r in reps.items()))
     added += sum(parts.values())
     snap = judge_snapshot(specs=[spec])
     per_check = seconds(lambda: [CHANGED(snap) for _ in range(200)]) / 200

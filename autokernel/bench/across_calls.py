@@ -140,11 +140,11 @@ class Refill:
     (an fp32 draw, a cast and a copy, ~15 bytes per element, and ~150 us of host time; on the H100
     a refilled timing took twice the plain one). So inputs of WINDOW_MIN_BYTES and more are refilled
     from a pool twice their size, made of two draws of make_inputs: call i copies, per tensor, the
-    window that starts at an offset that only the judge knows (SHAKE-256 of a secret base and the
-    call's epoch), one copy per tensor. Every EPOCH_CALLS calls one half of the pool is drawn again from a new seed.
-    A window shares no alignment with earlier ones that the candidate can plan for, and the values
-    change every epoch, so no output it computed before is the right one; recognizing a window still
-    means reading the input, which is what the kernel costs. Smaller inputs, and layouts that are not
+    window that starts at an offset only the judge knows (SHAKE-256 of a secret base and the call's
+    epoch; on a 16-byte boundary), one copy per tensor. Every EPOCH_CALLS calls one half of the pool
+    is drawn again from a new seed. The values change every epoch and the windows within one, so no
+    output computed before is the right one, and recognizing a window still means reading the
+    input, which is what a memory-bound kernel costs. Smaller inputs, and layouts that are not
     one run of memory, get a new make_inputs draw every call."""
 
     def __init__(self, spec, shape, dtype, device):
@@ -164,6 +164,8 @@ class Refill:
                           for a, ok in zip(first, live)]
             self.flats = [_flat(a, o) if ok else None for a, o, ok in zip(first, self.orders, live)]
             self.sizes = [a.numel() if ok else 0 for a, ok in zip(first, live)]
+            # windows start on 16-byte boundaries: a copy from an unaligned start is not vectorized
+            self.steps = [max(1, 16 // a.element_size()) if ok else 1 for a, ok in zip(first, live)]
             self.held = [None, None]  # the epoch whose draw each half of the pools holds
             self._offsets: tuple[int | None, list[int]] = (None, [])
             self(-1)
@@ -181,8 +183,8 @@ class Refill:
         if self._offsets[0] != e:
             raw = hashlib.shake_256(f"{self.base}:{e}".encode()).digest(8 * EPOCH_CALLS * len(self.pools))
             self._offsets = (e, [int.from_bytes(raw[8 * q:8 * q + 8], "little") for q in range(len(raw) // 8)])
-        n = self.sizes[j]
-        return self._offsets[1][k * len(self.pools) + j] % (n + 1)
+        step = self.steps[j]
+        return self._offsets[1][k * len(self.pools) + j] % (self.sizes[j] // step + 1) * step
 
     def _epochs(self, i: int) -> dict[int, int]:
         """{half: epoch}: the draws the pool holds at call i (its epoch's in one half, the previous

@@ -143,7 +143,8 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     q = statistics.quantiles(samples_us, n=4) if len(samples_us) >= 4 else [samples_us[0], samples_us[0],
                                                                             samples_us[-1]]
     return {"median_us": statistics.median(samples_us), "iqr_us": q[2] - q[0], "reps": reps,
-            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3, "idle_probe_us": probe_us}
+            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3, "idle_probe_us": probe_us,
+            "host_rep_us": host_us, "gpu_rep_us": gpu_us}
 
 
 def _idle_probe_us(cycles_per_us: float) -> float:
