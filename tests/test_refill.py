@@ -86,3 +86,18 @@ def test_memory_order_accepts_only_one_run_of_memory():
     assert memory_order(t[:, ::2]) is None  # gaps
     assert memory_order(torch.zeros(1, 8).expand(6, 8)) is None  # broadcast
     assert memory_order(torch.zeros(())) == []
+
+
+def test_tensors_every_draw_makes_the_same_keep_their_values():
+    """rotary's cos/sin tables are the op's setting, not random inputs: a window of them would be a
+    table no model uses (and reject a kernel that computes the standard tables itself)."""
+    spec = get_spec("rotary_embedding")
+    shape = {"batch": 1, "heads": 8, "seq": 256, "head_dim": 128}
+    refill = Refill(spec, shape, torch.float32, "cpu")
+    assert refill.windowed
+    x, cos, sin = (a.clone() for a in refill.args)
+    refill(5)
+    again = refill.inputs(5)
+    assert torch.equal(refill.args[1], cos) and torch.equal(refill.args[2], sin)
+    assert not torch.equal(refill.args[0], x)
+    assert all(torch.equal(a, b) for a, b in zip(refill.args, again))

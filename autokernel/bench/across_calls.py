@@ -145,30 +145,39 @@ class Refill:
     is drawn again from a new seed. The values change every epoch and the windows within one, so no
     output computed before is the right one, and recognizing a window still means reading the
     input, which is what a memory-bound kernel costs. Smaller inputs, and layouts that are not
-    one run of memory, get a new make_inputs draw every call."""
+    one run of memory, get a new make_inputs draw every call; a tensor that every draw makes the
+    same keeps its values."""
 
     def __init__(self, spec, shape, dtype, device):
         self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
         self.base = int.from_bytes(os.urandom(8), "little")
-        first = self._draw(-1)
+        first = self.args = self._draw(-1)
         tensors = [a for a in first if isinstance(a, torch.Tensor) and a.numel()]
         self.orders = [memory_order(a) if isinstance(a, torch.Tensor) and a.numel() else None for a in first]
         nbytes = sum(a.numel() * a.element_size() for a in tensors)
         self.windowed = (WINDOW_MIN_BYTES <= nbytes <= WINDOW_MAX_BYTES and not _overlapping(tensors)
                          and all(o is not None for a, o in zip(first, self.orders)
                                  if isinstance(a, torch.Tensor) and a.numel()))
-        self.args = first
-        if self.windowed:
-            live = [isinstance(a, torch.Tensor) and a.numel() > 0 for a in first]
-            self.pools = [torch.empty(2 * a.numel(), dtype=a.dtype, device=a.device) if ok else None
-                          for a, ok in zip(first, live)]
-            self.flats = [_flat(a, o) if ok else None for a, o, ok in zip(first, self.orders, live)]
-            self.sizes = [a.numel() if ok else 0 for a, ok in zip(first, live)]
-            # windows start on 16-byte boundaries: a copy from an unaligned start is not vectorized
-            self.steps = [max(1, 16 // a.element_size()) if ok else 1 for a, ok in zip(first, live)]
-            self.held = [None, None]  # the epoch whose draw each half of the pools holds
-            self._offsets: tuple[int | None, list[int]] = (None, [])
-            self(-1)
+        if not self.windowed:
+            return
+        other = self._draw(-2)
+        # A tensor every seed draws the same (rotary's cos/sin tables) is part of the op's setting,
+        # not a random input: it keeps its values, as the model's would.
+        live = [isinstance(a, torch.Tensor) and a.numel() > 0 and not torch.equal(a, b) for a, b in zip(first, other)]
+        if not any(live):
+            self.windowed = False
+            return
+        self.pools = [torch.empty(2 * a.numel(), dtype=a.dtype, device=a.device) if ok else None
+                      for a, ok in zip(first, live)]
+        self.flats = [_flat(a, o) if ok else None for a, o, ok in zip(first, self.orders, live)]
+        self.sizes = [a.numel() if ok else 0 for a, ok in zip(first, live)]
+        # windows start on 16-byte boundaries: a copy from an unaligned start is not vectorized
+        self.steps = [max(1, 16 // a.element_size()) if ok else 1 for a, ok in zip(first, live)]
+        self._offsets: tuple[int | None, list[int]] = (None, [])
+        self.held = [None, None]  # the epoch whose draw each half of the pools holds
+        for half, epoch in self._epochs(-1).items():
+            self._fill(half, epoch, first if epoch == -1 else other)
+        self(-1)
 
     def _seed(self, k: int) -> int:
         return (self.base * 1_000_003 + k + 1) % 2**62
@@ -192,8 +201,8 @@ class Refill:
         e = i // EPOCH_CALLS
         return {e % 2: e, (e - 1) % 2: e - 1}
 
-    def _fill(self, half: int, epoch: int) -> None:
-        for pool, o, v in zip(self.pools, self.orders, self._draw(epoch)):
+    def _fill(self, half: int, epoch: int, draw: tuple | None = None) -> None:
+        for pool, o, v in zip(self.pools, self.orders, draw if draw is not None else self._draw(epoch)):
             if pool is not None:
                 n = pool.numel() // 2
                 pool[half * n:(half + 1) * n].copy_(_flat(v, memory_order(v) or o))
