@@ -130,3 +130,9 @@ def test_every_starter_is_right_on_windowed_inputs(name):
         refill(i)
         sampled.take(i, fn(*refill.args))
     assert sampled.verdict() is None
+
+
+def test_every_kernel_type_has_a_windowed_shape_here():
+    from autokernel.kernels.registry import kernel_types
+
+    assert set(WINDOWED) == set(kernel_types()), "a new kernel type: add a windowed shape for it above"
