@@ -152,18 +152,18 @@ class Refill:
         self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
         self.base = int.from_bytes(os.urandom(8), "little")
         first = self.args = self._draw(-1)
-        tensors = [a for a in first if isinstance(a, torch.Tensor) and a.numel()]
-        self.orders = [memory_order(a) if isinstance(a, torch.Tensor) and a.numel() else None for a in first]
+        filled = [isinstance(a, torch.Tensor) and a.numel() > 0 for a in first]
+        self.orders = [memory_order(a) if f else None for a, f in zip(first, filled)]
+        tensors = [a for a, f in zip(first, filled) if f]
         nbytes = sum(a.numel() * a.element_size() for a in tensors)
         self.windowed = (WINDOW_MIN_BYTES <= nbytes <= WINDOW_MAX_BYTES and not _overlapping(tensors)
-                         and all(o is not None for a, o in zip(first, self.orders)
-                                 if isinstance(a, torch.Tensor) and a.numel()))
+                         and all(o is not None for o, f in zip(self.orders, filled) if f))
         if not self.windowed:
             return
         other = self._draw(-2)
         # A tensor every seed draws the same (rotary's cos/sin tables) is part of the op's setting,
         # not a random input: it keeps its values, as the model's would.
-        live = [isinstance(a, torch.Tensor) and a.numel() > 0 and not torch.equal(a, b) for a, b in zip(first, other)]
+        live = [f and not torch.equal(a, b) for a, b, f in zip(first, other, filled)]
         if not any(live):
             self.windowed = False
             return
@@ -202,10 +202,11 @@ class Refill:
         return {e % 2: e, (e - 1) % 2: e - 1}
 
     def _fill(self, half: int, epoch: int, draw: tuple | None = None) -> None:
+        # every draw comes from the same make_inputs as the first, in its layout: its memory orders serve
         for pool, o, v in zip(self.pools, self.orders, draw if draw is not None else self._draw(epoch)):
             if pool is not None:
                 n = pool.numel() // 2
-                pool[half * n:(half + 1) * n].copy_(_flat(v, memory_order(v) or o))
+                pool[half * n:(half + 1) * n].copy_(_flat(v, o))
         self.held[half] = epoch
 
     def inputs(self, i: int) -> tuple:
@@ -218,7 +219,7 @@ class Refill:
                 out.append(draws[0][j])
                 continue
             n = self.sizes[j]
-            whole = torch.cat([_flat(draws[h][j], memory_order(draws[h][j]) or o) for h in (0, 1)])
+            whole = torch.cat([_flat(draws[h][j], o) for h in (0, 1)])
             t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
             at = self._offset(i, j)
             _flat(t, o).copy_(whole[at:at + n])

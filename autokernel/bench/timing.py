@@ -36,7 +36,7 @@ WARMUP_MS = 25.0
 COMPILE_MODE = os.environ.get("AUTOKERNEL_COMPILE_MODE", "default")
 
 BATCH = 32  # repetitions queued behind one GPU sleep
-HOST_MARGIN = 1.5  # sleep this many times the measured host time of queueing a batch
+HOST_MARGIN = 1.5  # the GPU sleeps this many times the host time it must cover (see _timed_reps)
 MAX_SLEEP_US = 20_000.0
 HEAD_REPS = 2  # the host's lead at the start of every batch, in repetitions
 REFILL_WALL_REPS = 200  # wall_call's repetitions when every call gets new input values
