@@ -37,10 +37,13 @@ BENCH = {
     "event_patch": (CHEAT, "torch.cuda.Event"),
     "persistent_buffer": (INCORRECT, "reuses the memory of an output it returned before"),
     "nondeterministic_no_reason": (COMPILE_ERROR, "NONDETERMINISM_REASON"),
+    "profiler_toggle": (CHEAT, "library/torch ops did"),
+    "spinner_overlap": (CHEAT, "library/torch ops did"),
 }
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
     "lib_tensor_method": ("cheat", "library/torch ops did"),
+    "profiler_toggle": ("cheat", "library/torch ops did"),
     "cache_by_address": ("incorrect", "trial 2"),
     "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),

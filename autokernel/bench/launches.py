@@ -12,6 +12,7 @@ ones) is rejected as a cheat.
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
 import sys
 from dataclasses import dataclass, field
@@ -22,7 +23,23 @@ from autokernel.bench.share import MAX_SHARE, WorkMeter, cpu_share, gpu_share, p
 # copy / fill / reduce kernels, memcpy/memset, and what inductor generates for torch.compile.
 GENERIC_PATTERNS = ("at::native::", "elementwise_kernel", "vectorized_elementwise", "unrolled_elementwise",
                     "reduce_kernel", "CatArrayBatchedCopy", "Memcpy", "Memset", "memcpy", "memset",
-                    "triton_poi_", "triton_red_", "triton_per_", "triton_tem_", "triton__")
+                    "triton_poi_", "triton_red_", "triton_per_", "triton_tem_", "triton__",
+                    "spin_kernel")  # torch.cuda._sleep: the judge's markers, and no one's work
+MARKER = "spin_kernel"
+MARK_CYCLES = 1000  # the judge's marker kernels: a GPU sleep of about half a microsecond
+
+
+@dataclass
+class GpuSession:
+    """One profiled call: its kernels (name, start, end in microseconds on the profiler's GPU
+    timeline), the span its work lies in (from the start of the judge's lead sleep: work the
+    candidate put on another stream runs beside it), the judge's own marker kernels in it, and
+    whether the call ran warm behind the lead sleep (its kernels back to back, so idle GPU time in
+    the span is unexplained)."""
+    intervals: list[tuple[str, float, float]]
+    span: tuple[float, float]
+    warm: bool
+    marks: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -30,7 +47,8 @@ class Launches:
     triton_own: list[str] = field(default_factory=list)  # jitted functions defined in the candidate file
     triton_other: list[str] = field(default_factory=list)
     gpu_kernels: list[str] = field(default_factory=list)  # profiler names (GPU only)
-    gpu_times: list[tuple[str, float]] = field(default_factory=list)  # (name, microseconds) of each kernel run
+    gpu_sessions: list[GpuSession] = field(default_factory=list)  # the profiled calls (GPU only)
+    profile_gap: str | None = None  # why a profiled call's record cannot be trusted (markers missing)
     meter: WorkMeter = field(default_factory=WorkMeter)  # interpreter: own work vs the aten ops it called
 
     def names(self) -> list[str]:
@@ -178,18 +196,62 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
 
 
 @contextlib.contextmanager
-def record_gpu(launches: Launches):
+def record_gpu(launches: Launches, lead_us: float | None = None):
+    """Profile one call of the candidate (the body of the with-statement) into `launches`.
+
+    The judge's own marker kernels bracket it on the profiler's GPU timeline: a GPU sleep before
+    the call (`lead_us` long on a warm call, so that the call's launches queue behind it and run
+    back to back), and after it, each behind a synchronize of every stream, two short ones: the gap
+    between those two is what the judge's own synchronize and launch take, so the span of the
+    call's work is from the start of the first marker (a side stream of the candidate's runs beside
+    it) to the start of the second less that gap. A marker missing from the record means the
+    profiler's collection was off when it ran: the candidate turned it off and left it so
+    (launches.profile_gap says so). Turned off and on again within the call, the profiler misses
+    the candidate's kernels but not the GPU time they took (share.session_work)."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from autokernel.bench.timing import cycles_per_us
+
+    cycles = cycles_per_us("cuda")
+    gc_was_on = gc.isenabled()
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        yield launches
+        torch.cuda.synchronize()
+        gc.disable()  # a collection in the call would leave the GPU idle past the lead (as timing.py)
+        try:
+            torch.cuda._sleep(int((lead_us or 0.0) * cycles) + MARK_CYCLES)
+            yield launches
+        finally:
+            if gc_was_on:
+                gc.enable()
+        for _ in range(2):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(MARK_CYCLES)
+        torch.cuda.synchronize()
+    kernels = []
     for evt in prof.events():
         dev = str(getattr(evt, "device_type", ""))
         if dev.endswith("CUDA") and evt.name:
-            if "Memcpy" in evt.name or "Memset" in evt.name:
-                continue
-            launches.gpu_kernels.append(evt.name)
-            launches.gpu_times.append((evt.name, float(evt.time_range.elapsed_us())))
+            kernels.append((evt.name, float(evt.time_range.start), float(evt.time_range.end)))
+    kernels.sort(key=lambda k: k[1])
+    # the judge's own work queued before the profile (inputs made, a refill) ran before the lead
+    # marker, which waited for it: the record of the call starts at that marker
+    opening = next((i for i, k in enumerate(kernels) if MARKER in k[0]), len(kernels))
+    kernels = kernels[opening:]
+    marks = [k for k in kernels if MARKER in k[0]]
+    if len(marks) < 3 or kernels[-1] is not marks[-1]:
+        launches.profile_gap = ("the judge's own marker kernels around its call are missing from the profiler's "
+                                "record: its collection was turned off during the call")
+        return
+    first, close, last = marks[0], marks[-2], marks[-1]
+    wake = max(0.0, last[1] - close[2])
+    ours = {id(first), id(close), id(last)}
+    work = [k for k in kernels if id(k) not in ours]
+    launches.gpu_sessions.append(GpuSession(work, (first[1], max(first[2], close[1] - wake)), lead_us is not None,
+                                            [(first[1], first[2])]))
+    for name, start, end in work:
+        if "Memcpy" not in name and "Memset" not in name:
+            launches.gpu_kernels.append(name)
 
 
 def is_foreign(name: str, library_patterns: tuple[str, ...]) -> bool:
@@ -199,6 +261,8 @@ def is_foreign(name: str, library_patterns: tuple[str, ...]) -> bool:
 def cheat_reason(launches: Launches, library_patterns: tuple[str, ...], on_gpu: bool) -> str | None:
     """None when the candidate launched work of its own; else why it is rejected."""
     if on_gpu:
+        if launches.profile_gap:
+            return launches.profile_gap
         own = [n for n in launches.gpu_kernels if not is_foreign(n, library_patterns)]
         if own or launches.triton_own:
             return None
@@ -218,7 +282,7 @@ def library_share(launches: Launches, library_patterns: tuple[str, ...], on_gpu:
     """(the library's share of the candidate's work so far, what did it): share.py. Work `exempt`
     accepts (a kernel or op name) is left out of both sides."""
     if on_gpu:
-        return gpu_share(launches.gpu_times, lambda n: is_foreign(n, library_patterns), exempt)
+        return gpu_share(launches.gpu_sessions, lambda n: is_foreign(n, library_patterns), exempt)
     return cpu_share(launches.meter, exempt)
 
 

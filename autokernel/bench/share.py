@@ -5,9 +5,13 @@ library op it was meant to replace, reached however indirectly (torch.ops.aten.*
 importlib strings, tensor methods): every path ends in the same library kernels. So library work
 counts against the candidate by its share of all the work its calls did:
 
-- on the GPU, kernel time from the profiler: its own kernels (its Triton functions, or for a CUDA
-  file kernels that are neither library nor generic) against the library's (the spec's library
-  kernels, cuBLAS/cuDNN, aten's generic kernels);
+- on the GPU, kernel time from the profiler (session_work): its own kernels (its Triton functions,
+  or for a CUDA file kernels that are neither library nor generic) where no library kernel runs
+  beside them, against the library's (the spec's library kernels, cuBLAS/cuDNN, aten's generic
+  kernels) and, on a warm call, the GPU time between the judge's marker kernels that no kernel the
+  profiler saw accounts for. A candidate can turn the profiler's collection off around a library
+  call (torch's own toggle_collection_dynamic does it), but not the GPU's clock: what it hid still
+  takes the GPU time between the markers, and counts against it;
 - under the Triton interpreter, work counted in elements: what its own kernels load and store
   (and multiply-accumulate in tl.dot), against what every torch function it calls reads and
   writes (or multiply-accumulates, for matmuls and convolutions), seen by a TorchFunctionMode
@@ -17,6 +21,11 @@ counts against the candidate by its share of all the work its calls did:
   level, but entering one imports torch._dynamo: seconds per worker.)
 
 Over MAX_SHARE of the work (a judge's own limit) is a library call, rejected as a cheat.
+
+The interpreter's count is weaker than the GPU's clock: the meter lives in the judge's process, and
+a candidate that pauses it or pops its mode for the length of a library call is not seen doing it
+(there is no clock to show the hidden work). The CPU judges correctness; the verdicts that keep a
+kernel for its speed are the GPU's, where the share is measured against the clock.
 """
 
 from __future__ import annotations
@@ -147,23 +156,96 @@ def cpu_share(meter: WorkMeter, exempt=None) -> tuple[float, str]:
     return foreign / total, ", ".join(f"torch {k} {v / total:.0%}" for k, v in top)
 
 
-def gpu_share(kernels: list[tuple[str, float]], is_foreign, exempt=None) -> tuple[float, str]:
-    """(library share of the GPU time, what did it) from (kernel name, microseconds) pairs; kernels
-    `exempt` accepts count neither as library nor as own work."""
-    foreign: dict[str, float] = {}
-    own = 0.0
-    for name, us in kernels:
-        if any(f in name for f in _FILL_KERNELS) or (exempt is not None and exempt(name)):
+# The GPU's idle time that a profiled call may have without a kernel to account for it: what the
+# launches queued behind the judge's lead sleep leave between kernels that run back to back (a few
+# microseconds each), and a floor for the timeline's own jitter.
+GAP_US = 3.0
+IDLE_FLOOR_US = 20.0
+UNSEEN = "GPU time no kernel the profiler saw accounts for"
+NEUTRAL_KERNELS = _FILL_KERNELS + ("Memcpy", "Memset")  # the profiler's names for fills and copies
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for s, e in sorted(spans):
+        if e <= s:
             continue
-        if is_foreign(name):
-            foreign[name] = foreign.get(name, 0.0) + us
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
         else:
-            own += us
-    total = own + sum(foreign.values())
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in spans)
+
+
+def _minus(spans: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of `spans` (a union) outside `cut` (a union)."""
+    out, j = [], 0
+    for s, e in spans:
+        while j < len(cut) and cut[j][1] <= s:
+            j += 1
+        k = j
+        while s < e:
+            if k >= len(cut) or cut[k][0] >= e:
+                out.append((s, e))
+                break
+            if cut[k][0] > s:
+                out.append((s, cut[k][0]))
+            s = max(s, cut[k][1])
+            k += 1
+    return out
+
+
+def session_work(session, is_foreign, exempt=None) -> tuple[float, float, dict[str, float]]:
+    """(library microseconds, own microseconds, library time by kernel name) of one profiled call.
+
+    Only what is proven the candidate's own counts as its own: its kernels' time where no library
+    kernel runs beside them (a spinner of its own on another stream, as long as the library call,
+    proves nothing). On a warm call (queued behind the judge's lead sleep, so that its kernels run
+    back to back) the GPU time between the judge's markers that no kernel the profiler saw accounts
+    for counts as library time: work the profiler was kept from seeing (its collection turned off
+    for the library call) is work the candidate cannot show to be its own. Fills, copies and
+    `exempt` kernels count on neither side (and do account for their time)."""
+    lo, hi = session.span
+    clip = [(n, max(s, lo), min(e, hi)) for n, s, e in session.intervals]
+    clip = [(n, s, e) for n, s, e in clip if e > s]
+    rest = [(n, s, e) for n, s, e in clip if not (any(f in n for f in NEUTRAL_KERNELS)
+                                                  or (exempt is not None and exempt(n)))]
+    foreign = [(n, s, e) for n, s, e in rest if is_foreign(n)]
+    lib = _union([(s, e) for _n, s, e in foreign])
+    own = _length(_minus(_union([(s, e) for n, s, e in rest if not is_foreign(n)]), lib))
+    by_name: dict[str, float] = {}
+    for n, s, e in foreign:
+        by_name[n] = by_name.get(n, 0.0) + (e - s)
+    library = _length(lib)
+    if session.warm:
+        seen = [(s, e) for _n, s, e in clip] + [(max(s, lo), min(e, hi)) for s, e in session.marks]
+        idle = max(0.0, hi - lo) - _length(_union(seen))
+        unseen = idle - (IDLE_FLOOR_US + GAP_US * (len(clip) + 1))
+        if unseen > 0:
+            library += unseen
+            by_name[UNSEEN] = by_name.get(UNSEEN, 0.0) + unseen
+    return library, own, by_name
+
+
+def gpu_share(sessions, is_foreign, exempt=None) -> tuple[float, str]:
+    """(library share of the GPU time, what did it) over the profiled calls (launches.GpuSession):
+    session_work summed; kernels `exempt` accepts count neither as library nor as own work."""
+    library = own = 0.0
+    names: dict[str, float] = {}
+    for session in sessions:
+        lib, mine, by_name = session_work(session, is_foreign, exempt)
+        library, own = library + lib, own + mine
+        for n, us in by_name.items():
+            names[n] = names.get(n, 0.0) + us
+    total = library + own
     if total <= 0:
         return 0.0, ""
-    top = sorted(foreign.items(), key=lambda kv: -kv[1])[:3]
-    return sum(foreign.values()) / total, ", ".join(f"{k[:60]} {v / total:.0%}" for k, v in top)
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    return library / total, ", ".join(f"{k[:60]} {v / total:.0%}" for k, v in top)
 
 
 def share_reason(share: float, what: str, on_gpu: bool, max_share: float = MAX_SHARE) -> str | None:

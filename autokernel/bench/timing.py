@@ -91,7 +91,7 @@ def _per_rep_us(fn: Callable, args: tuple, flush: torch.Tensor, start, end, cycl
     return host_us, first.elapsed_time(last) * 1e3 / 3
 
 
-def _cycles_per_us(device: str) -> float:
+def cycles_per_us(device: str) -> float:
     khz = getattr(torch.cuda.get_device_properties(torch.device(device)), "clock_rate", 0) or 2_000_000
     return khz / 1e3
 
@@ -123,7 +123,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     reps = int(min(max_reps, max(min_reps, (min_time_s * 1e3) / est_ms)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    cycles_per_us = _cycles_per_us(device)
+    cycles_per_us = cycles_per_us(device)
     host_us, gpu_us = _per_rep_us(fn, args, flush, starts[0], ends[0], cycles_per_us, refill)
     chosen = choose(reps, samples or SAMPLES) if on_sample else set()
     torch.cuda.synchronize()  # every stream idle before the first repetition

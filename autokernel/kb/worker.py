@@ -40,6 +40,8 @@ import traceback
 
 
 TRIALS = 5
+LEAD_US = 2000.0  # a warm profiled trial's lead sleep: this, plus four times the host's time per call
+MAX_LEAD_US = 200_000.0
 MAX_SHARE = 0.9  # KernelBench allows library ops next to one's own kernels, not instead of them
 
 
@@ -147,12 +149,15 @@ def library_patterns() -> tuple[str, ...]:
 class Trial:
     """What one call of ModelNew is watched with; `why()` after it: a cheat's reason or None."""
 
-    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool, exempt=None):
+    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool, exempt=None,
+                 lead_us: float | None = None):
         from autokernel.kb.guards import DtypeSpy, ReferenceGuard
 
         self.exempt = exempt  # work left out of the library share (conv_exempt)
         self.guard, self.spy = ReferenceGuard(prob.Model), DtypeSpy(mod_name)
         self.mod_name, self.launches, self.snapshot, self.cuda, self.profile = mod_name, launches, snapshot, cuda, profile
+        self.lead_us = lead_us  # a warm profiled trial's lead sleep (launches.record_gpu); None: cold
+        self.host_us = 0.0  # what the call took the host to return (its launches queued, not waited for)
 
     def call(self, new, args):
         import contextlib
@@ -167,13 +172,15 @@ class Trial:
             stack.enter_context(self.spy)
             stack.enter_context(record_triton(self.mod_name, self.launches))
             if self.cuda and self.profile:
-                stack.enter_context(record_gpu(self.launches))
+                stack.enter_context(record_gpu(self.launches, lead_us=self.lead_us))
             elif not self.cuda:
                 stack.enter_context(TorchWork(self.launches.meter))
             stack.enter_context(poisoned_empty())
             stack.enter_context(torch.no_grad())
+            t0 = time.perf_counter()
             with self.guard:
                 out = new(*args)
+            self.host_us = (time.perf_counter() - t0) * 1e6
             if self.cuda:
                 torch.cuda.synchronize()
         return out
@@ -269,6 +276,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         max_abs = max_rel = 0.0
         degenerate = out_dtype = None
         sizes: list[int] = []
+        host_us = 0.0  # the slowest host time of a trial's call so far (after the first, which compiles)
         if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
             recording = record_launches()
             recording.__enter__()
@@ -279,14 +287,19 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             if cuda:
                 poison_cuda_cache(sizes or [a.numel() * a.element_size() for a in args
                                             if isinstance(a, torch.Tensor)], device)
+            # the first trial profiled cold (it compiles), the last warm behind a lead sleep that
+            # covers several times the host's time of the calls before it
             watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1),
-                          exempt=exempt)
+                          exempt=exempt, lead_us=(min(MAX_LEAD_US, LEAD_US + 4 * host_us)
+                                                  if trial == TRIALS - 1 and trial > 0 else None))
             outs = None
 
             def earlier(n=trial):  # the earlier trials' inputs, made again: a stateful reference replays them
                 return (trial_inputs.made(s) for s in range(n))
             try:
                 out = watch.call(new, args)
+                if trial > 0:
+                    host_us = max(host_us, watch.host_us)
                 if trial == 0:
                     res.launched_kernels = [short_name(n) for n in launches.names()][:20]
                 why = watch.why()  # before its values are even looked at
