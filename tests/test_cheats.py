@@ -39,11 +39,15 @@ BENCH = {
     "nondeterministic_no_reason": (COMPILE_ERROR, "NONDETERMINISM_REASON"),
     "profiler_toggle": (CHEAT, "library/torch ops did"),
     "spinner_overlap": (CHEAT, "library/torch ops did"),
+    "checker_swap": (CHEAT, "modified the bench itself"),
+    "thread_left_running": (CHEAT, "a thread it started, still running"),
+    "mode_left_active": (CHEAT, "dispatch modes"),
 }
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
     "lib_tensor_method": ("cheat", "library/torch ops did"),
     "profiler_toggle": ("cheat", "library/torch ops did"),
+    "checker_swap": ("cheat", "modified the judge itself"),
     "cache_by_address": ("incorrect", "trial 2"),
     "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),
@@ -207,6 +211,18 @@ def test_bench_rejects_the_planted_cheat_on_gpu(worker, name):
 def test_bench_late_switch_is_caught_by_timed_samples_on_gpu(worker):
     res = worker.judge(CHEATS / "bench" / "late_switch.py", quick=True, timeout_s=300)
     _rejected(res, (CHEAT, "while timed is wrong"), "late_switch")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["mode", "stream"])
+def test_bench_leftovers_between_timed_calls_are_caught_on_gpu(worker, kind):
+    """A candidate honest through the stages that, once timed, leaves a dispatch mode (swallowing
+    the L2 flush) or another current stream for the judge's next step, and takes it back in its own
+    next call: between_calls' state check after every timed call stops the timing."""
+    res = worker.judge(CHEATS / "bench" / f"late_{kind}.py", timeout_s=300)
+    phrase = "dispatch mode active" if kind == "mode" else "another CUDA stream current"
+    _rejected(res, (CHEAT, phrase), f"late_{kind}")
 
 
 @pytest.mark.gpu

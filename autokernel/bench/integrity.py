@@ -8,22 +8,34 @@ function or dispatch mode, or patch torch.cuda.Event so that timings shrink. A s
 by identity, every module-level name of the judge's modules and of the modules the references and
 the timing use (torch, torch.Tensor, torch.nn.functional, torch.cuda and its Event/Stream, nn
 modules' methods, builtins), each function's code, defaults and closure cells, the spec objects'
-fields with copies of their plain data, torch.library's registered Python kernels and the active
-torch modes; `changed()` names the first thing that differs.
+fields with copies of their plain data, torch.library's registered Python kernels, the active
+torch modes, the C functions the GPU timing takes (between_calls.py) and the Python threads no
+installed package started; `changed()` names the first thing that differs.
 
-Limits: a candidate can still defeat an in-process check with ctypes or by editing the snapshot
-itself; the reference is therefore never computed while the candidate runs (checks.py), and the
-candidate has no secrets or network to gain by it (sandbox.py).
+The check itself is the candidate's to rewrite too (Snapshot.changed given the code of `return
+None`, or the saved copies edited to agree with a patch): the judges therefore check through
+`checker()`, a private copy of the checking code and the records, made before the candidate is
+imported and held only in the judge's locals.
+
+Limits: a check sees what is changed when it looks, not what was changed and put back in between.
+The GPU timing runs nothing a candidate can rewrite between its calls (between_calls.py), but the
+stages' own Python (StageContext, the comparison) runs between checks: a candidate that patches it
+for the length of one check and restores it before the next is not seen. Nor is one that works
+through ctypes or its own native code. The reference is therefore never computed while the
+candidate runs (checks.py), and the candidate has no secrets or network to gain by any of it
+(sandbox.py).
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import operator
 import sys
 import types
-from typing import Any, Iterable
+from types import ModuleType
+from typing import Any, Callable, Iterable
 
 _DATA = (dict, list, set, tuple)
 _MISSING = object()
@@ -103,80 +115,121 @@ class Snapshot:
         """A value the snapshot reads through a function (e.g. the torch.library registrations)."""
         self._probes.append((label, fn, fn()))
 
-    # -- checking ------------------------------------------------------------------------------------
-
-    def _fast(self) -> tuple:
-        """The recorded code objects, defaults and closure contents as parallel lists."""
-        if self._flat is None:
-            funcs = self._funcs
-            cells = [(c, v) for _l, fn, *_r, vals in funcs for c, v in zip(fn.__closure__ or (), vals)
-                     if v is not _MISSING]
-            self._flat = ([f for _l, f, *_r in funcs], [c for _l, _f, c, *_r in funcs],
-                          [d for _l, _f, _c, d, *_r in funcs], [k for _l, _f, _c, _d, k, _cl in funcs],
-                          [c for c, _v in cells], [v for _c, v in cells])
-        return self._flat
+    # -- checking (module functions over the snapshot's state, so that checker() can copy them) ---------
 
     def changed(self) -> str | None:
-        """The first recorded thing that is no longer as it was, or None. Checked a few thousand
-        times per candidate, so the common case runs in C: each namespace compared with its copy
-        (dict equality tests identity first), the code objects as lists; only when something
-        differs does the slow walk name it, or find it benign (a package gained a submodule, the
-        judge's own state flipped) and take a fresh copy."""
-        fns, codes, defaults, kwdefaults, cells, contents = self._fast()
-        same = (all(map(_same, self._copies)) and list(map(_CODE, fns)) == codes
-                and list(map(_DEFAULTS, fns)) == defaults and list(map(_KWDEFAULTS, fns)) == kwdefaults
-                and list(map(_cell_value, cells)) == contents)
-        if same and all(live == saved for _l, live, saved in self._data) \
-                and all(fn() == value for _l, fn, value in self._probes):
-            return None
-        why = self._explain()
-        if why is None:  # benign: copy again what differs, so the next check is fast again
-            self._copies = [(ns, copy if _same((ns, copy)) else dict(ns)) for ns, copy in self._copies]
-        return why
-
-    def _explain(self) -> str | None:
-        """The slow walk, once something differs: what it is (or None for a benign difference)."""
-        for i, (label, ns, key, value) in enumerate(self._names):
-            now = ns.get(key, _MISSING)
-            if now is not value:
-                if not _dynamo_wrapper(now, value):
-                    return label
-                self._names[i] = (label, ns, key, now)  # the wrapper is what stays there
-                self._flat = None
-        for label, fn, code, defaults, kwdefaults, cells in self._funcs:
-            if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
-                return f"{label} (its code)"
-            for c, v in zip(fn.__closure__ or (), cells):
-                if (c.cell_contents if _cell_full(c) else _MISSING) is not v:
-                    return f"{label} (a closure variable)"
-        for i, (label, ns, names, modules_ok) in enumerate(self._keysets):
-            if len(ns) != len(names):  # same size: any new name took a recorded one's place, seen above
-                # __warningregistry__: the warnings machinery's record in the module a warning was
-                # attributed to (a problem's Model.__init__ building nn.TransformerEncoder, L3 28)
-                new = ns.keys() - names
-                adopted = [k for k in new if dynamo_global(k, ns[k])]
-                extra = [k for k in new - set(adopted)
-                         if not (modules_ok and isinstance(ns[k], types.ModuleType) and not k.startswith("__"))
-                         and k != "__warningregistry__"]
-                if extra:
-                    return f"{label} (a new attribute {sorted(extra)[0]!r})"
-                # Dynamo's globals are adopted as they first appear: rebinding one later (its compiled
-                # code reads it: a compiled baseline made slow) is then a change like any other
-                self._names += [(f"{label}.{k}", ns, k, ns[k]) for k in adopted]
-                self._keysets[i] = (label, ns, names | frozenset(adopted), modules_ok)
-        for label, live, saved in self._data:
-            if live != saved:
-                return f"{label} (its contents)"
-        for label, fn, value in self._probes:
-            if fn() != value:
-                return label
-        return None
+        """The first recorded thing that is no longer as it was, or None (_changed)."""
+        return _changed(vars(self))
 
     def __len__(self) -> int:
         return len(self._names) + len(self._funcs) + len(self._data) + len(self._probes)
 
 
-CHANGED = Snapshot.changed  # the judges call this one: rebinding Snapshot.changed later changes nothing
+def _fast(st: dict) -> tuple:
+    """The recorded code objects, defaults and closure contents as parallel lists."""
+    if st["_flat"] is None:
+        funcs = st["_funcs"]
+        cells = [(c, v) for _l, fn, *_r, vals in funcs for c, v in zip(fn.__closure__ or (), vals)
+                 if v is not _MISSING]
+        st["_flat"] = ([f for _l, f, *_r in funcs], [c for _l, _f, c, *_r in funcs],
+                       [d for _l, _f, _c, d, *_r in funcs], [k for _l, _f, _c, _d, k, _cl in funcs],
+                       [c for c, _v in cells], [v for _c, v in cells])
+    return st["_flat"]
+
+
+def _changed(st: dict) -> str | None:
+    """The first recorded thing that is no longer as it was, or None. Checked a few thousand
+    times per candidate, so the common case runs in C: each namespace compared with its copy
+    (dict equality tests identity first), the code objects as lists; only when something
+    differs does the slow walk name it, or find it benign (a package gained a submodule, the
+    judge's own state flipped) and take a fresh copy."""
+    fns, codes, defaults, kwdefaults, cells, contents = _fast(st)
+    same = (all(map(_same, st["_copies"])) and list(map(_CODE, fns)) == codes
+            and list(map(_DEFAULTS, fns)) == defaults and list(map(_KWDEFAULTS, fns)) == kwdefaults
+            and list(map(_cell_value, cells)) == contents)
+    if same and all(live == saved for _l, live, saved in st["_data"]) \
+            and all(fn() == value for _l, fn, value in st["_probes"]):
+        return None
+    why = _explain(st)
+    if why is None:  # benign: copy again what differs, so the next check is fast again
+        st["_copies"] = [(ns, saved if _same((ns, saved)) else dict(ns)) for ns, saved in st["_copies"]]
+    return why
+
+
+def _explain(st: dict) -> str | None:
+    """The slow walk, once something differs: what it is (or None for a benign difference)."""
+    names = st["_names"]
+    for i, (label, ns, key, value) in enumerate(names):
+        now = ns.get(key, _MISSING)
+        if now is not value:
+            if not _dynamo_wrapper(now, value):
+                return label
+            names[i] = (label, ns, key, now)  # the wrapper is what stays there
+            st["_flat"] = None
+    for label, fn, code, defaults, kwdefaults, cells in st["_funcs"]:
+        if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+            return f"{label} (its code)"
+        for c, v in zip(fn.__closure__ or (), cells):
+            if (c.cell_contents if _cell_full(c) else _MISSING) is not v:
+                return f"{label} (a closure variable)"
+    keysets = st["_keysets"]
+    for i, (label, ns, known, modules_ok) in enumerate(keysets):
+        if len(ns) != len(known):  # same size: any new name took a recorded one's place, seen above
+            # __warningregistry__: the warnings machinery's record in the module a warning was
+            # attributed to (a problem's Model.__init__ building nn.TransformerEncoder, L3 28)
+            new = ns.keys() - known
+            adopted = [k for k in new if dynamo_global(k, ns[k])]
+            extra = [k for k in new - set(adopted)
+                     if not (modules_ok and isinstance(ns[k], ModuleType) and not k.startswith("__"))
+                     and k != "__warningregistry__"]
+            if extra:
+                return f"{label} (a new attribute {sorted(extra)[0]!r})"
+            # Dynamo's globals are adopted as they first appear: rebinding one later (its compiled
+            # code reads it: a compiled baseline made slow) is then a change like any other
+            names += [(f"{label}.{k}", ns, k, ns[k]) for k in adopted]
+            keysets[i] = (label, ns, known | frozenset(adopted), modules_ok)
+    for label, live, saved in st["_data"]:
+        if live != saved:
+            return f"{label} (its contents)"
+    for label, fn, value in st["_probes"]:
+        if fn() != value:
+            return label
+    return None
+
+
+def checker(snap: Snapshot) -> Callable[[], str | None]:
+    """A check of `snap` that no candidate can reach or rewrite. The judge's modules are the
+    candidate's to change: it could give Snapshot.changed (or a helper it calls) the code of
+    `return None`, or edit the snapshot's saved copies to agree with what it patched, and every
+    later check would pass. So this takes, before the candidate is imported, private copies of the
+    checking functions (between_calls.private: their code over copies of their globals and the
+    builtins), of the probes, and of the snapshot's records, and returns a function the judge holds
+    only in its own locals: what the candidate changes in the modules, the Snapshot class or the
+    public snapshot changes nothing for it, and whatever it leaves changed, it reports."""
+    from autokernel.bench.between_calls import private
+
+    import torch
+
+    st = vars(snap)
+    # the genuine wrapper code, made now (the public cache is a list a candidate could fill)
+    dynamo = [torch._disable_dynamo(lambda: None).__code__]
+    check, *_ = private(_changed, _fast, _explain, _same, _cell_value, _cell_full, _dynamo_wrapper, dynamo_global,
+                        _dynamo_code=dynamo, ModuleType=types.ModuleType)
+    probes = []
+    for label, fn, _value in st["_probes"]:
+        mine = private(fn, _impls_seen=[])[0] if isinstance(fn, types.FunctionType) else fn
+        probes.append((label, mine, mine()))
+    mine = {"_names": list(st["_names"]), "_funcs": list(st["_funcs"]), "_keysets": list(st["_keysets"]),
+            "_data": [(label, live, copy.deepcopy(saved)) for label, live, saved in st["_data"]],
+            "_copies": [(ns, dict(saved)) for ns, saved in st["_copies"]], "_probes": probes, "_flat": None}
+
+    def verify() -> str | None:
+        return check(mine)
+
+    return verify
+
+
+CHANGED = Snapshot.changed  # what the judges called before checker(): kept for tests and tools
 _CODE, _DEFAULTS, _KWDEFAULTS = (operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
 
 
@@ -255,6 +308,26 @@ def _modes():
     return torch._C._len_torch_function_stack(), len(_get_current_dispatch_mode_stack())
 
 
+def live_threads(roots: tuple[str, ...]) -> int:
+    """Live Python threads that neither the judge nor an installed package started: what a candidate
+    left running beside the judge (its code would run between the judge's checks). A thread counts
+    as theirs by the code it runs: its target's (a Timer's function's, a subclass's run) file under
+    `roots` (introspection.trusted_roots). Threads started with _thread itself, out of threading's
+    sight, count too."""
+    import _thread
+    import threading
+
+    main = threading.main_thread()
+    seen = [t for t in threading.enumerate() if t is not main and not isinstance(t, threading._DummyThread)]
+    alien = max(0, _thread._count() - len(seen))
+    for t in seen:
+        fn = getattr(t, "_target", None) or getattr(t, "function", None) or type(t).run
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is None or not code.co_filename.startswith(roots):
+            alien += 1
+    return alien
+
+
 def _torch_parts() -> Iterable[tuple[str, Any]]:
     import torch
     import torch.nn.functional as F
@@ -283,6 +356,9 @@ def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterab
     the spec objects, torch's namespaces, classes and timing entry points, builtins."""
     import torch
     import torch.nn as nn
+
+    from autokernel.bench.between_calls import entry_points
+    from autokernel.bench.introspection import trusted_roots
 
     if torch.cuda.is_available():
         # the judges torch.compile their baselines on the GPU: importing dynamo and inductor first
@@ -313,4 +389,6 @@ def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterab
     snap.namespace("builtins", vars(builtins), deep=False, new_names="any")
     snap.probe("torch.library registrations (a Python kernel for an aten op)", _library_impls)
     snap.probe("the active torch function / dispatch modes", _modes)
+    snap.probe("torch._C's functions that the GPU timing calls between calls", entry_points)
+    snap.probe("a thread it started, still running", functools.partial(live_threads, trusted_roots()))
     return snap

@@ -15,14 +15,15 @@ import signal
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from autokernel.bench import ceilings as ceil_mod
+from autokernel.bench.between_calls import LeftBehind
 from autokernel.bench.checks import CheckFailure
 from autokernel.bench.gpu_compile import compile_stage, record_launches
-from autokernel.bench.integrity import CHANGED, outside_a_call
+from autokernel.bench.integrity import checker, outside_a_call
 from autokernel.bench.introspection import refused
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
@@ -135,17 +136,31 @@ def _integrity():
     return _snapshots[0]
 
 
-def worker_tampered() -> bool:
-    """A previous candidate got past the checks (the snapshot is taken here when it is the first):
-    never judge or screen again in this process."""
-    return bool(CHANGED(_integrity()))
+def integrity_guard() -> Callable[[], None]:
+    """One judgement's integrity check, made before its candidate is imported: it raises Tampered
+    naming what changed since the worker's snapshot. The comparison is integrity.checker's private
+    copy, and what this closure calls is bound now, so a candidate that rewrites the judge's
+    modules (the checker's code included) is still seen doing it; the judge holds the closure only
+    in its locals and passes it on as an argument."""
+    check = checker(_integrity())
+
+    def verify(check=check, outside=outside_a_call, tampered=Tampered) -> None:
+        changed = check() or outside()
+        if changed:
+            raise tampered(f"the candidate modified the bench itself ({changed})")
+
+    return verify
 
 
-def verify_integrity() -> None:
-    """Raise Tampered naming what changed since the snapshot."""
-    changed = CHANGED(_integrity()) or outside_a_call()
-    if changed:
-        raise Tampered(f"the candidate modified the bench itself ({changed})")
+def fresh_guard() -> Callable[[], None] | None:
+    """integrity_guard() for a judgement, or None when a previous candidate got past the checks
+    (the snapshot is taken here when it is the first): never judge or screen again in this process."""
+    verify = integrity_guard()
+    try:
+        verify()
+    except Tampered:
+        return None
+    return verify
 
 
 def _stage_limit(name: str, timeout_s: float, deadline: float) -> float:
@@ -214,7 +229,8 @@ def judge_request(req: dict) -> dict:
                       device=environment()["name"], gpu_timing=False)
     res.extra.update(config=req.get("config") or {}, shapes=shapes, weights=weights, interpreted=not cuda)
     restart = False
-    if worker_tampered():
+    verify = fresh_guard()
+    if verify is None:
         return {"bench_error": TAMPERED_WORKER, "restart": True}
     old = signal.signal(signal.SIGALRM, on_alarm)
     stage = "load"
@@ -224,11 +240,11 @@ def judge_request(req: dict) -> dict:
 
         kf, mod = load_candidate(req, timeout_s)
         disarm()
-        verify_integrity()  # what it did at import
+        verify()  # what it did at import
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
                            module_name=mod.__name__, nondeterminism_reason=kf.nondeterminism_reason,
-                           verify=verify_integrity)
+                           verify=verify)
         # on the CPU the interpreter runs what the GPU compiler may reject: record the launches the
         # stages make and, once they pass, lower them to Triton IR for sm_90 (gpu_compile.py)
         if req.get("gpu_compile") and not cuda and req["backend"] == "triton":
@@ -274,9 +290,10 @@ def judge_request(req: dict) -> dict:
                 return {"result": res.to_dict(), "restart": False}
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
-    except Tampered as exc:  # never judge again in this process
+        verify()  # the last word: whatever it left changed, from the judgement's own check
+    except (Tampered, LeftBehind) as exc:  # never judge again in this process
         disarm()
-        res.outcome, res.error = CHEAT, str(exc)
+        res.outcome, res.error = CHEAT, (f"timing: {exc}" if isinstance(exc, LeftBehind) else str(exc))
         return {"result": res.to_dict(), "restart": True}
     except BaseException as exc:  # the candidate is untrusted: anything it raises is a result
         disarm()

@@ -52,7 +52,8 @@ def screen_request(req: dict, notify=None) -> dict:
                       device=judge.environment()["name"], gpu_timing=False)
     res.extra.update(screen=True, config=req.get("config") or {}, shapes=[shape], weights=[1.0],
                      interpreted=not cuda)
-    if judge.worker_tampered():
+    verify = judge.fresh_guard()
+    if verify is None:
         return {"bench_error": judge.TAMPERED_WORKER, "restart": True}
     old = signal.signal(signal.SIGALRM, judge.on_alarm)
     stage = "load"
@@ -61,11 +62,11 @@ def screen_request(req: dict, notify=None) -> dict:
         from autokernel.kernelfile import entry_point
 
         kf, mod = judge.load_candidate(req, timeout_s)
-        judge.verify_integrity()  # what it did at import
+        verify()  # what it did at import
         fn = entry_point(mod)
         ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
                            deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__,
-                           nondeterminism_reason=kf.nondeterminism_reason, verify=judge.verify_integrity)
+                           nondeterminism_reason=kf.nondeterminism_reason, verify=verify)
         stage = "smoke"
         judge.arm(max(0.5, 0.8 * timeout_s))
         try:
@@ -85,16 +86,22 @@ def screen_request(req: dict, notify=None) -> dict:
         if cuda:
             stage = "timing"
             from autokernel.bench import timing
+            from autokernel.bench.between_calls import LeftBehind
 
             args = make_inputs(spec, shape, to_dtype(dt), device, int(time.time() * 1e3) % 100_003)
-            t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
-                                 max_reps=SCREEN_MAX_REPS)
+            try:
+                t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
+                                     max_reps=SCREEN_MAX_REPS, verify=verify)
+            except LeftBehind as exc:  # what it left behind stays in this process: a new worker
+                res.outcome, res.error = CHEAT, f"screen: timing: {exc}"
+                return {"result": res.to_dict(), "restart": True}
             wall = timing.wall_call(fn, args, min_time_s=SCREEN_TIME_S / 5, max_reps=SCREEN_MAX_REPS)
-            judge.verify_integrity()  # e.g. torch.cuda.Event patched while timed
+            verify()  # e.g. torch.cuda.Event patched while timed
             res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
             res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
                                        "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
         judge.disarm()
+        verify()  # the last word: whatever it left changed
         res.outcome = CORRECT
     except judge.Tampered as exc:  # never judge again in this process
         judge.disarm()

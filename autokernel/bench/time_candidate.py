@@ -94,9 +94,11 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
 
 def _timed(ctx, fn, spec, refill: Refill, device: str, **more) -> tuple[dict, str | None]:
     """One GPU timing of the candidate at refill's shape, a sample of its timed outputs checked
-    against the reference (their verdict, or None), the judge's integrity checked after it."""
+    against the reference (their verdict, or None), the judge's integrity checked after it. A call
+    that leaves a mode, a stream or a thread behind raises between_calls.LeftBehind (the judge's
+    verdict: a cheat, and a new worker)."""
     sampled = Sampled(spec_expected(spec, refill))
-    t = timing.time_call(fn, refill.args, device, refill=refill, on_sample=sampled.take, **more)
+    t = timing.time_call(fn, refill.args, device, refill=refill, on_sample=sampled.take, verify=ctx.verify, **more)
     ctx.verify()
     return t, sampled.verdict()
 

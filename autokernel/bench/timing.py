@@ -26,6 +26,8 @@ from typing import Callable
 
 import torch
 
+from autokernel.bench.between_calls import LeftBehind, leftover, primitives, private
+
 L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
 MIN_REPS = 50
 MIN_TIME_S = 0.5
@@ -60,35 +62,46 @@ def flush_buffer(device: str) -> torch.Tensor:
     return buf
 
 
-def _per_rep_us(fn: Callable, args: tuple, flush: torch.Tensor, start, end, cycles_per_us: float,
-                refill=None) -> tuple[float, float]:
-    """(host, GPU) microseconds of one repetition (refill, flush, events, call). The host's: queued,
-    not waited for. The GPU's: three repetitions queued behind a GPU sleep that outlasts their
-    queueing, so that they run back to back and the events see no host gap."""
-    def queue(k: int) -> None:
+def _per_rep_us(fn: Callable, args: tuple, flush: torch.Tensor, start, end, first, last, cycles: float,
+                prims: tuple, stream, index: int, refill=None) -> tuple[float, float, tuple | None]:
+    """(host, GPU) microseconds of one repetition (refill, flush, events, call), and the state
+    before and after a call that left something behind (between_calls), if one did. The host's: queued, not waited for. The GPU's: three
+    repetitions queued behind a GPU sleep that outlasts their queueing, so that they run back to
+    back and the events see no host gap."""
+    record, _query, elapsed, _event_sync, device_sync, sleep, zero, _clone, state, _tensor, clock = prims
+    before = state(index)
+
+    def queue(k: int) -> tuple | None:
         if refill is not None:
             refill(k)
-        flush.zero_()
-        start.record()
+        zero(flush)
+        record(start, stream)
         fn(*args)
-        end.record()
+        record(end, stream)
+        now = state(index)
+        return (before, now) if now != before else None
 
     for k in range(3):  # once untimed: a refill's first calls draw its pool, which later calls reuse
-        queue(k)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+        bad = queue(k)
+        if bad:
+            return 0.0, 0.0, bad
+    device_sync()
+    t0 = clock()
     for k in range(3):
-        queue(k)
-    host_us = (time.perf_counter() - t0) / 3 * 1e6
-    torch.cuda.synchronize()
-    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(int(min(MAX_SLEEP_US, 2 * HOST_MARGIN * 3 * host_us + 100) * cycles_per_us))
-    first.record()
+        bad = queue(k)
+        if bad:
+            return 0.0, 0.0, bad
+    host_us = (clock() - t0) / 3 * 1e6
+    device_sync()
+    sleep(int(min(MAX_SLEEP_US, 2 * HOST_MARGIN * 3 * host_us + 100) * cycles))
+    record(first, stream)
     for k in range(3):
-        queue(k)
-    last.record()
-    torch.cuda.synchronize()
-    return host_us, first.elapsed_time(last) * 1e3 / 3
+        bad = queue(k)
+        if bad:
+            return 0.0, 0.0, bad
+    record(last, stream)
+    device_sync()
+    return host_us, elapsed(first, last) * 1e3 / 3, None
 
 
 def cycles_per_us(device: str) -> float:
@@ -98,35 +111,58 @@ def cycles_per_us(device: str) -> float:
 
 def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int = MIN_REPS,
               min_time_s: float = MIN_TIME_S, max_reps: int = MAX_REPS, refill: Callable | None = None,
-              on_sample: Callable | None = None, samples: int | None = None) -> dict[str, float]:
+              on_sample: Callable | None = None, samples: int | None = None,
+              verify: Callable[[], None] | None = None) -> dict[str, float]:
     """Median and IQR in microseconds of fn(*args), each repetition after an L2 flush; with
-    `refill(i)`, new input values before repetition i; `on_sample(i, out)` for `samples` random
-    repetitions, right after their end event. Also `tail_us` (see the module's docstring)."""
-    from autokernel.bench.across_calls import SAMPLES, choose
+    `refill(i)`, new input values before repetition i; `on_sample(i, out, copies)` for `samples`
+    random repetitions (their outputs copied right after their end event, handed over once the run
+    is over and `verify`, the caller's integrity check, has passed). Also `tail_us` (see the
+    module's docstring). Between calls only between_calls.primitives() run; a call that leaves a
+    mode, another current stream or a thread behind, or a sampled call whose outputs are not plain
+    tensors, ends the timing with LeftBehind."""
+    from autokernel.bench.across_calls import SAMPLES
 
     flush = flush_buffer(device)
+    dev = torch.device(device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(dev)
+    cycles = cycles_per_us(device)
+    # Taken after the caller's last integrity check, with no candidate code since: from the first
+    # call on, this function runs only these (between_calls.py), its own locals and C code.
+    prims = primitives()
+    per_rep, timed_reps, idle_after, probe, pick, stopped = private(_per_rep_us, _timed_reps, _idle_after,
+                                                                    _idle_probe_us, _pick, _stopped)
+    why_left, = private(leftover)
+    record, _query, elapsed, event_sync, device_sync, _sleep, _zero, _clone, state, _tensor, _clock = prims
+    event, urandom = torch.cuda.Event, os.urandom
+    start, end, first, last, idle, mark, idle2 = (event(enable_timing=True) for _ in range(7))
+    before = state(index)
     fn(*args)
-    torch.cuda.synchronize()
+    device_sync()
     # Warm-up for WARMUP_MS and an estimate of one call to choose the repetition count.
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    record(start, stream)
     n = 0
     while True:
         fn(*args)
         n += 1
-        end.record()
-        end.synchronize()
-        elapsed = start.elapsed_time(end)
-        if elapsed >= WARMUP_MS or n >= 1000:
+        record(end, stream)
+        event_sync(end)
+        elapsed_ms = elapsed(start, end)
+        now = state(index)
+        if now != before:
+            return stopped((before, now), why_left, device_sync, verify)
+        if elapsed_ms >= WARMUP_MS or n >= 1000:
             break
-    est_ms = max(elapsed / n, 1e-3)
+    est_ms = max(elapsed_ms / n, 1e-3)
     reps = int(min(max_reps, max(min_reps, (min_time_s * 1e3) / est_ms)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    cycles_per_us = cycles_per_us(device)
-    host_us, gpu_us = _per_rep_us(fn, args, flush, starts[0], ends[0], cycles_per_us, refill)
-    chosen = choose(reps, samples or SAMPLES) if on_sample else set()
-    torch.cuda.synchronize()  # every stream idle before the first repetition
+    starts = [event(enable_timing=True) for _ in range(reps)]
+    ends = [event(enable_timing=True) for _ in range(reps)]
+    chosen = pick(reps, samples or SAMPLES, urandom) if on_sample else set()
+    host_us, gpu_us, bad = per_rep(fn, args, flush, starts[0], ends[0], first, last, cycles, prims, stream, index,
+                                   refill)
+    if bad:
+        return stopped(bad, why_left, device_sync, verify)
+    device_sync()  # every stream idle before the first repetition
     # No cyclic garbage collection from here to the idle event (as timeit does): a collection between
     # the last end event and the idle one reads as work left running on another stream. The H200
     # judged an honest rmsnorm "still running 270 us after its last call" (200 us slack); a host delay
@@ -134,33 +170,68 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        idle = _timed_reps(fn, args, flush, starts, ends, chosen, on_sample, refill, host_us, gpu_us, cycles_per_us)
-        probe_us = _idle_probe_us(cycles_per_us)
+        taken, bad, done = timed_reps(fn, args, flush, starts, ends, chosen, refill, host_us, gpu_us, cycles,
+                                      prims, stream, index)
+        idle_after(ends[done - 1], idle, prims, stream)
+        probe_us = probe(mark, idle2, cycles, prims, stream)
     finally:
         if gc_was_on:
             gc.enable()
-    samples_us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    if verify is not None:
+        verify()  # before any of the judge's Python reads what the run recorded
+    if bad:
+        return stopped(bad, why_left, device_sync, None)
+    samples_us = sorted(elapsed(s, e) * 1e3 for s, e in zip(starts, ends))
+    if on_sample is not None:
+        for i, out, copies in taken:
+            on_sample(i, out, copies)
     q = statistics.quantiles(samples_us, n=4) if len(samples_us) >= 4 else [samples_us[0], samples_us[0],
                                                                             samples_us[-1]]
     return {"median_us": statistics.median(samples_us), "iqr_us": q[2] - q[0], "reps": reps,
-            "min_us": samples_us[0], "tail_us": ends[-1].elapsed_time(idle) * 1e3, "idle_probe_us": probe_us,
+            "min_us": samples_us[0], "tail_us": elapsed(ends[-1], idle) * 1e3, "idle_probe_us": probe_us,
             "host_rep_us": host_us, "gpu_rep_us": gpu_us}
 
 
-def _idle_probe_us(cycles_per_us: float) -> float:
+def _stopped(bad, why_left, device_sync, verify):
+    """A timing ended by what a call left behind, or by what it returned: no numbers, LeftBehind
+    with the reason."""
+    device_sync()
+    if verify is not None:
+        verify()
+    raise LeftBehind(why_left(*bad) if isinstance(bad, tuple) else bad)
+
+
+def _pick(n_calls: int, k: int, urandom) -> set[int]:
+    """k of the first n_calls - 1 calls (never the last: what is queued after it counts as tail
+    time), drawn from the OS's random bytes (no Python random state for a candidate to set)."""
+    pool = max(1, n_calls - 1)
+    picked: set[int] = set()
+    while len(picked) < min(k, pool):
+        picked.add(int.from_bytes(urandom(8), "little") % pool)
+    return picked
+
+
+def _idle_probe_us(mark, idle, cycles: float, prims: tuple, stream) -> float:
     """The tail's measure taken again with nothing of the candidate's left: a short GPU sleep, an
     event, the same wait, the idle event. What the host alone puts between the two events,
     reported beside a tail that looks like hidden work."""
-    mark = torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(int(50 * cycles_per_us))
-    mark.record()
-    return mark.elapsed_time(_idle_after(mark)) * 1e3
+    record, _query, elapsed, _event_sync, _device_sync, sleep, *_rest = prims
+    sleep(int(50 * cycles))
+    record(mark, stream)
+    _idle_after(mark, idle, prims, stream)
+    return elapsed(mark, idle) * 1e3
 
 
-def _timed_reps(fn, args, flush, starts, ends, chosen, on_sample, refill, host_us, gpu_us, cycles_per_us):
-    """The timed repetitions, in batches behind a GPU sleep so that the host stays ahead; the
-    event recorded once every stream is idle (the tail: from the last end event to it)."""
+def _timed_reps(fn, args, flush, starts, ends, chosen, refill, host_us, gpu_us, cycles, prims, stream, index):
+    """The timed repetitions, in batches behind a GPU sleep so that the host stays ahead. Returns
+    the sampled calls (index, output, copies of its tensors taken right after its end event), what
+    stopped the run (the state before and after a call that left something behind, or why an
+    output is refused; None) and how many repetitions ran."""
+    record, _query, _elapsed, _event_sync, _device_sync, sleep, zero, clone, state, tensor, _clock = prims
+    kind, seq = type, (tuple, list)
+    before = state(index)
     reps = len(starts)
+    taken: list = []
     # The host must stay ahead of the GPU through a batch: a lead of HEAD_REPS repetitions, and the
     # deficit of a host slower per repetition than the GPU over the whole batch. The sleep used to
     # be the host's whole queueing time, which the GPU idled through even when its own work per
@@ -168,48 +239,56 @@ def _timed_reps(fn, args, flush, starts, ends, chosen, on_sample, refill, host_u
     deficit = max(0.0, host_us - gpu_us)
     for b in range(0, reps, BATCH):
         batch = range(b, min(reps, b + BATCH))
-        sleep_us = HOST_MARGIN * (HEAD_REPS * host_us + deficit * len(batch))
-        torch.cuda._sleep(int(min(MAX_SLEEP_US, sleep_us) * cycles_per_us))
+        sleep(int(min(MAX_SLEEP_US, HOST_MARGIN * (HEAD_REPS * host_us + deficit * len(batch))) * cycles))
         for i in batch:
             if refill is not None:
                 refill(i)
-            flush.zero_()
-            starts[i].record()
+            zero(flush)
+            record(starts[i], stream)
             out = fn(*args)
-            ends[i].record()
+            record(ends[i], stream)
+            now = state(index)
+            if now != before:
+                return taken, (before, now), i + 1
             if i in chosen:
-                on_sample(i, out)
+                outs = out if kind(out) in seq else (out,)
+                for o in outs:
+                    if kind(o) is not tensor:
+                        return taken, "it returned something other than plain torch.Tensor outputs while timed", i + 1
+                taken.append((i, out, [clone(o) for o in outs]))
             del out
-    return _idle_after(ends[-1])
+    return taken, None, reps
 
 
-def _idle_after(last: torch.cuda.Event) -> torch.cuda.Event:
-    """The event recorded once every stream is idle, as soon as it is: the host polls `last` (the
+def _idle_after(last, idle, prims: tuple, stream) -> None:
+    """Record `idle` once every stream is idle, as soon as it is: the host polls `last` (the
     calling stream's last event) instead of blocking in a synchronize, then synchronizes every
     stream. On the H100 an honest reduce was judged "still running 252 us" after its last call,
     where the same wait with nothing queued before it took 63 us: a synchronize that has waited
     milliseconds can wake up late, and the tail read that as hidden work. Polled, the calling
     stream's end is seen at once, and what is left to wait for is work on other streams."""
-    idle = torch.cuda.Event(enable_timing=True)  # made before the wait: no allocation after it
-    while not last.query():
+    record, query, _elapsed, event_sync, device_sync, *_rest = prims
+    while not query(last):
         pass
-    torch.cuda.synchronize()  # every stream, not only the timed one
-    idle.record()
-    idle.synchronize()
-    return idle
+    device_sync()  # every stream, not only the timed one
+    record(idle, stream)
+    event_sync(idle)
 
 
 def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int = 2000,
               refill: Callable | None = None) -> float:
     """Microseconds per call when calls are issued back to back and the host paces them: what a model
     in eager mode sees of this op (max of the host's launch path and the GPU's time; L2 warm). With
-    `refill`, every call gets new input values and the refills' own time, measured alone, is taken off."""
+    `refill`, every call gets new input values and the refills' own time, measured alone, is taken off.
+    The clock and the synchronize are between_calls.primitives(), taken before the first call."""
+    prims = primitives()
+    device_sync, clock = prims[4], prims[10]
     fn(*args)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    device_sync()
+    t0 = clock()
     fn(*args)
-    torch.cuda.synchronize()
-    one = max(time.perf_counter() - t0, 1e-6)
+    device_sync()
+    one = max(clock() - t0, 1e-6)
     reps = int(min(max_reps, max(10, min_time_s / one)))
     if refill is not None:
         # A refill costs far more than a small kernel's call, and it is paid twice (with the calls
@@ -218,15 +297,15 @@ def wall_call(fn: Callable, args: tuple, min_time_s: float = 0.05, max_reps: int
         reps = min(reps, REFILL_WALL_REPS)
 
     def run(call: bool) -> float:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        device_sync()
+        t0 = clock()
         for i in range(reps):
             if refill is not None:
                 refill(i)
             if call:
                 fn(*args)
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / reps * 1e6
+        device_sync()
+        return (clock() - t0) / reps * 1e6
 
     total = run(True)
     return max(total - run(False), 0.0) if refill is not None else total

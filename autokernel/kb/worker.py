@@ -149,13 +149,13 @@ def library_patterns() -> tuple[str, ...]:
 class Trial:
     """What one call of ModelNew is watched with; `why()` after it: a cheat's reason or None."""
 
-    def __init__(self, prob, mod_name: str, launches, snapshot, cuda: bool, profile: bool, exempt=None,
+    def __init__(self, prob, mod_name: str, launches, check, cuda: bool, profile: bool, exempt=None,
                  lead_us: float | None = None):
         from autokernel.kb.guards import DtypeSpy, ReferenceGuard
 
         self.exempt = exempt  # work left out of the library share (conv_exempt)
         self.guard, self.spy = ReferenceGuard(prob.Model), DtypeSpy(mod_name)
-        self.mod_name, self.launches, self.snapshot, self.cuda, self.profile = mod_name, launches, snapshot, cuda, profile
+        self.mod_name, self.launches, self.check, self.cuda, self.profile = mod_name, launches, check, cuda, profile
         self.lead_us = lead_us  # a warm profiled trial's lead sleep (launches.record_gpu); None: cold
         self.host_us = 0.0  # what the call took the host to return (its launches queued, not waited for)
 
@@ -188,10 +188,10 @@ class Trial:
     def why(self) -> str | None:
         """Right after the call: why it is a cheat (changed the judge, ran the problem's Model, no
         kernels of its own, library work over MAX_SHARE), or None."""
-        from autokernel.bench.integrity import CHANGED, outside_a_call
+        from autokernel.bench.integrity import outside_a_call
         from autokernel.bench.launches import cheat_reason, library_reason
 
-        changed = CHANGED(self.snapshot) or outside_a_call()
+        changed = self.check() or outside_a_call()
         if changed:
             return f"the candidate modified the judge itself ({changed})"
         why = cheat_reason(self.launches, library_patterns(), self.cuda) or self.guard.reason()
@@ -218,7 +218,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.checks import (CheckFailure, check_inputs_unchanged, check_no_alias, check_structure,
                                          compare, poison_cuda_cache)
     from autokernel.bench.gpu_compile import compile_stage, record_launches
-    from autokernel.bench.integrity import CHANGED, judge_snapshot
+    from autokernel.bench.integrity import checker, judge_snapshot
     from autokernel.bench.introspection import refused as introspection_refused
     from autokernel.bench.introspection import start_judgement
     from autokernel.bench.launches import Launches, library_share, short_name
@@ -255,13 +255,14 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         code = req["problem_code"]
         exempt = conv_exempt(req.get("level"), code)  # work the library share leaves out
         prob = load_source(code, "kb_problem_" + hashlib.sha256(code.encode()).hexdigest()[:16])
-        snapshot = judge_snapshot(extra_modules=[prob])
+        # the check is made before the candidate is imported and held only here (integrity.checker)
+        check = checker(judge_snapshot(extra_modules=[prob]))
         kf = parse_source(req["source"])
         start_judgement()  # from here on, no frame, gc walk or ctypes for the candidate's code
         mod = import_kernel(kf)
         if not isinstance(getattr(mod, "ModelNew", None), type):
             raise KernelFileError("the solution defines no class ModelNew")
-        changed = CHANGED(snapshot)
+        changed = check()
         if changed:
             return cheat(f"the candidate modified the judge itself ({changed})")
         if issubclass(mod.ModelNew, prob.Model):
@@ -289,7 +290,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                                             if isinstance(a, torch.Tensor)], device)
             # the first trial profiled cold (it compiles), the last warm behind a lead sleep that
             # covers several times the host's time of the calls before it
-            watch = Trial(prob, mod.__name__, launches, snapshot, cuda, profile=trial in (0, TRIALS - 1),
+            watch = Trial(prob, mod.__name__, launches, check, cuda, profile=trial in (0, TRIALS - 1),
                           exempt=exempt, lead_us=(min(MAX_LEAD_US, LEAD_US + 4 * host_us)
                                                   if trial == TRIALS - 1 and trial > 0 else None))
             outs = None
@@ -356,7 +357,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 res.extra["baselines_refused"] = refused
             why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda,
                                     stateful=bool(reference.stateful), supplied=supplied)
-            changed = CHANGED(snapshot)
+            changed = check()
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
     except BaseException as exc:
