@@ -42,11 +42,13 @@ LEFTOVERS = ("its call left a torch function or dispatch mode active (it would r
              "a thread it started was still running after its call")
 
 
-def primitives() -> tuple:
+def primitives(guard: bool = True) -> tuple:
     """(record, query, elapsed, event_sync, device_sync, sleep, zero, clone, state, Tensor, clock):
     record(event, stream), query(event), elapsed(start, end) in ms, event_sync(event),
     device_sync(), sleep(cycles), zero(tensor), clone(tensor), state(device_index) -> a tuple that
-    changes when a mode, the current stream or the live threads do, torch.Tensor, perf_counter."""
+    changes when a mode, the current stream or the live threads do (with `guard` off, for trusted
+    code such as a torch.compile'd reference, whose first call starts threads: always ()),
+    torch.Tensor, perf_counter."""
     C = torch._C
     ev, base = C._CudaEventBase, C.TensorBase
     fmodes, dmodes, stream, threads = (C._len_torch_function_stack, C._len_torch_dispatch_stack,
@@ -55,6 +57,10 @@ def primitives() -> tuple:
     def state(index: int, fmodes=fmodes, dmodes=dmodes, stream=stream, threads=threads) -> tuple:
         # defaults, not globals: a new function per timing, held only by the timing's own locals
         return fmodes() + dmodes(), stream(index), threads()
+
+    if not guard:
+        def state(index: int) -> tuple:  # noqa: F811
+            return ()
 
     return (ev.record, ev.query, ev.elapsed_time, ev.synchronize, C._cuda_synchronize, C._cuda_sleep,
             base.zero_, base.clone, state, torch.Tensor, time.perf_counter)

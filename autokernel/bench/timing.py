@@ -119,7 +119,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     is over and `verify`, the caller's integrity check, has passed). Also `tail_us` (see the
     module's docstring). Between calls only between_calls.primitives() run; a call that leaves a
     mode, another current stream or a thread behind, or a sampled call whose outputs are not plain
-    tensors, ends the timing with LeftBehind."""
+    tensors, ends the timing with LeftBehind (checked when `verify` is given: a judged candidate)."""
     from autokernel.bench.across_calls import SAMPLES
 
     flush = flush_buffer(device)
@@ -129,7 +129,9 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     cycles = cycles_per_us(device)
     # Taken after the caller's last integrity check, with no candidate code since: from the first
     # call on, this function runs only these (between_calls.py), its own locals and C code.
-    prims = primitives()
+    # a trusted caller (baselines, a model's workload) passes no `verify`: nothing to guard, and
+    # torch.compile's first call starts threads of its own
+    prims = primitives(guard=verify is not None)
     per_rep, timed_reps, idle_after, probe, pick, stopped = private(_per_rep_us, _timed_reps, _idle_after,
                                                                     _idle_probe_us, _pick, _stopped)
     why_left, = private(leftover)

@@ -22,6 +22,7 @@ import time
 import torch
 
 from autokernel.bench.across_calls import Reservoir, Sampled, choose
+from autokernel.bench.between_calls import LeftBehind, leftover, primitives
 from autokernel.bench.result import FLAG_SPEEDUP
 from autokernel.kb.evaluate import SUPPLIED, TIMED_EARLIER, TIMED_NOW
 from autokernel.kb.inputs import Inputs, Reference, flat, tolerance
@@ -54,36 +55,69 @@ def kb_sampled(prob, init, device: str, model_seed: int, inputs: Inputs) -> Samp
 STATEFUL = "not checked: the problem's Model is stateful (an output depends on every earlier call)"
 
 
-def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None) -> dict:
+def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None, verify=None) -> dict:
     """KernelBench timing: WARMUP calls, then `reps` trials (the first discarded), each on inputs
-    refilled in place after an L2 flush; CUDA events around the call on the current stream
-    (`stream`), and a second end event after a device-wide synchronize (`device`)."""
+    refilled in place after an L2 flush; CUDA events around the call on the calling stream
+    (`stream`), and a second end event after a device-wide synchronize (`device`).
+
+    As the bench's timing (bench/between_calls.py): from the first call on, what runs between the
+    candidate's calls besides the refill is C functions taken here, the sampled outputs are copied
+    with C clone (plain tensors only), the mode stacks, the current stream and the live threads
+    are checked after every call (between_calls.LeftBehind), and `verify`, the judge's integrity
+    check, runs before any of the events is read or a sample handed to `sampled`."""
     from autokernel.bench.timing import flush_buffer
 
     flush = flush_buffer("cuda")
     args = inputs.args
+    index = torch.cuda.current_device()
+    calling = torch.cuda.current_stream()
+    chosen = choose(reps, skip_last=False) if sampled is not None else set()
+    prims = primitives(guard=verify is not None)  # after the judge's last check, before the first call here
+    record, _query, elapsed, event_sync, device_sync, _sleep, zero, clone, state, tensor, _clock = prims
+    kind, seq = type, (tuple, list)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(3 * reps)]
+    before = state(index)
+
+    def stop(now, why=None):
+        device_sync()
+        if verify is not None:
+            verify()
+        raise LeftBehind(why or leftover(before, now))
+
     for _ in range(WARMUP):
         fn(*args)
-    torch.cuda.synchronize()
-    stream, device = [], []
-    chosen = choose(reps, skip_last=False) if sampled is not None else set()
+        now = state(index)
+        if now != before:
+            stop(now)
+    device_sync()
+    taken = []
     for i in range(reps):
         inputs.refill(1000 + i)
-        flush.zero_()
-        torch.cuda.synchronize()
-        s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        s.record()
+        zero(flush)
+        device_sync()
+        s, m, e = events[3 * i:3 * i + 3]
+        record(s, calling)
         out = fn(*args)
-        m.record()
+        record(m, calling)
+        now = state(index)
+        if now != before:
+            stop(now)
         if i in chosen:  # copied where the stream ended, before the device-wide synchronize
-            sampled.take(1000 + i, out)
-        torch.cuda.synchronize()
-        e.record()
-        e.synchronize()
-        stream.append(s.elapsed_time(m) * 1e3)
-        device.append(s.elapsed_time(e) * 1e3)
+            outs = out if kind(out) in seq else (out,)
+            for o in outs:
+                if kind(o) is not tensor:
+                    stop(now, "it returned something other than plain torch.Tensor outputs while timed")
+            taken.append((1000 + i, out, [clone(o) for o in outs]))
+        device_sync()
+        record(e, calling)
+        event_sync(e)
         del out
-    stream, device = stream[1:], device[1:]
+    if verify is not None:
+        verify()  # before any of the judge's Python reads what the run recorded
+    stream = [elapsed(events[3 * i], events[3 * i + 1]) * 1e3 for i in range(1, reps)]
+    device = [elapsed(events[3 * i], events[3 * i + 2]) * 1e3 for i in range(1, reps)]
+    for key, out, copies in taken:
+        sampled.take(key, out, copies)
     q = statistics.quantiles(stream, n=4) if len(stream) >= 4 else [min(stream), 0, max(stream)]
     return {"median_us": statistics.median(stream), "iqr_us": q[2] - q[0], "device_us": statistics.median(device),
             "reps": len(stream)}
@@ -200,14 +234,15 @@ def _baselines_here(res, key: tuple, supplied: dict | None, measure) -> dict:
 
 
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
-               cuda: bool, stateful: bool = False, supplied: dict | None = None) -> str | None:
+               cuda: bool, stateful: bool = False, supplied: dict | None = None, verify=None) -> str | None:
     """`stateful`: the problem's Model changes with every call (the correctness trials found it),
     so no timed output can be checked against a reference on its inputs alone; res.extra says so.
     `supplied`: the problem's baselines as the trusted harness timed them in a process of its own
     (kb/baselines.py; the judge checked they are for this device and COMPILE_MODE): used as they
     are, nothing timed here, and never kept in this process's cache. Timed outside the candidate's
     process, the candidate has no chance to disturb its own baselines (a warm-up that evicts, a
-    patched torch op, a leftover stream)."""
+    patched torch op, a leftover stream). `verify`: the judge's integrity check (raises), run inside
+    the GPU timing before its events are read."""
     from autokernel.bench import judge as bj
 
     device = "cuda" if cuda else "cpu"
@@ -229,11 +264,11 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
         res.extra["timing"] = CPU_TIMING
         res.extra["compile"] = "not timed on the CPU"
         return None
-    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify, stateful, supplied)
+    return _time_gpu(res, prob, init, new, seed, inputs, code, quick, deadline, notify, stateful, supplied, verify)
 
 
 def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool, deadline: float,
-              notify, stateful: bool, supplied: dict | None) -> str | None:
+              notify, stateful: bool, supplied: dict | None, verify=None) -> str | None:
     from autokernel.bench import judge as bj
     from autokernel.bench.timing import COMPILE_MODE
 
@@ -255,9 +290,9 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     bj.arm(max(1.0, deadline + baseline_s - time.monotonic() - 0.5))
     sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
-        t = time_gpu(new, inputs, reps, sampled)
+        t = time_gpu(new, inputs, reps, sampled, verify)
         if t["median_us"] * FLAG_SPEEDUP < eager_us:
-            t2 = time_gpu(new, inputs, REPS, sampled)  # too good to be true: time again before reporting
+            t2 = time_gpu(new, inputs, REPS, sampled, verify)  # too good to be true: time again before reporting
             res.extra["first_timing_us"] = t["median_us"]
             t = t2
             res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us

@@ -223,6 +223,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.introspection import start_judgement
     from autokernel.bench.launches import Launches, library_share, short_name
     from autokernel.bench.across_calls import OutputLedger
+    from autokernel.bench.between_calls import LeftBehind
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
     from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
@@ -355,8 +356,19 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             supplied, refused = timing.checked_supplied(req.get("baselines"), env)
             if refused:
                 res.extra["baselines_refused"] = refused
-            why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify, cuda,
-                                    stateful=bool(reference.stateful), supplied=supplied)
+            def verify(check=check, tampered=bj.Tampered) -> None:
+                changed = check()
+                if changed:
+                    raise tampered(f"the candidate modified the judge itself ({changed})")
+
+            try:
+                why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify,
+                                        cuda, stateful=bool(reference.stateful), supplied=supplied, verify=verify)
+            except (bj.Tampered, LeftBehind) as exc:  # what it left stays in this process: a new worker
+                bj.disarm()
+                verdict = cheat(f"timing: {exc}")
+                verdict["restart"] = True
+                return verdict
             changed = check()
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
