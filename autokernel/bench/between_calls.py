@@ -18,7 +18,11 @@ stacks, the current stream and the number of live Python threads (`state`). The 
 it can only present inputs other than the judge intended, and the sampled outputs' references are
 made again from the judge's secret, after the run.
 
-Limits, as for integrity.py: native code (a CUDA C++ candidate, ctypes) is not stopped here.
+The state is checked before each call too, after the refill and the flush: a finalizer the candidate
+hung on its previous output runs when the judge lets go of it, between the calls.
+
+Limits, as for integrity.py: native code (a CUDA C++ candidate, ctypes) is not stopped here, nor a
+finalizer of an older object that the garbage collector reaches only later in the judge's own code.
 """
 
 from __future__ import annotations

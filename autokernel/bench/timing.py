@@ -136,7 +136,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
                                                                     _idle_probe_us, _pick, _stopped)
     why_left, = private(leftover)
     record, _query, elapsed, event_sync, device_sync, _sleep, _zero, _clone, state, _tensor, _clock = prims
-    event, urandom = torch.cuda.Event, os.urandom
+    event, urandom, collect = torch.cuda.Event, os.urandom, gc.collect
     start, end, first, last, idle, mark, idle2 = (event(enable_timing=True) for _ in range(7))
     before = state(index)
     fn(*args)
@@ -174,13 +174,14 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     try:
         taken, bad, done = timed_reps(fn, args, flush, starts, ends, chosen, refill, host_us, gpu_us, cycles,
                                       prims, stream, index)
-        idle_after(ends[done - 1], idle, prims, stream)
+        idle_after(ends[max(done - 1, 0)], idle, prims, stream)
         probe_us = probe(mark, idle2, cycles, prims, stream)
+        if verify is not None:
+            collect(0)  # finalizers of what its calls left (young: no collection ran since), seen by the check
+            verify()  # before any of the judge's Python reads what the run recorded
     finally:
         if gc_was_on:
             gc.enable()
-    if verify is not None:
-        verify()  # before any of the judge's Python reads what the run recorded
     if bad:
         return stopped(bad, why_left, device_sync, None)
     samples_us = sorted(elapsed(s, e) * 1e3 for s, e in zip(starts, ends))
@@ -246,6 +247,9 @@ def _timed_reps(fn, args, flush, starts, ends, chosen, refill, host_us, gpu_us, 
             if refill is not None:
                 refill(i)
             zero(flush)
+            now = state(index)  # also before the call: a finalizer of its last output runs at `del out`
+            if now != before:
+                return taken, (before, now), i
             record(starts[i], stream)
             out = fn(*args)
             record(ends[i], stream)
