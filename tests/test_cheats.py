@@ -42,12 +42,14 @@ BENCH = {
     "checker_swap": (CHEAT, "modified the bench itself"),
     "thread_left_running": (CHEAT, "a thread it started, still running"),
     "mode_left_active": (CHEAT, "dispatch modes"),
+    "subclass_output": (INCORRECT, "subclass of torch.Tensor"),
 }
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
     "lib_tensor_method": ("cheat", "library/torch ops did"),
     "profiler_toggle": ("cheat", "library/torch ops did"),
     "checker_swap": ("cheat", "modified the judge itself"),
+    "subclass_output": ("incorrect", "subclass of torch.Tensor"),
     "cache_by_address": ("incorrect", "trial 2"),
     "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),

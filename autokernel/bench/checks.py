@@ -122,6 +122,29 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
     return st.data_ptr(), st.data_ptr() + st.nbytes()
 
 
+# torch's named tuples (torch.max(x, dim) returns torch.return_types.max): C struct sequences, which
+# no class can subclass, with nothing of the candidate's in them
+_RETURN_TYPES = tuple(t for t in vars(torch.return_types).values()
+                      if isinstance(t, type) and issubclass(t, tuple) and t.__module__ == "torch.return_types")
+
+
+def require_plain(out, where: str = "output") -> None:
+    """Outputs are plain values: a torch.Tensor, or a tuple or list of them, exactly those types.
+    A subclass runs its own code inside the judge's checks: a Tensor subclass's __torch_function__
+    can make every difference from the reference zero, a list subclass's __iter__ can hand the
+    judge other tensors than it returned. Checked with type(), which runs none of its code."""
+    plain = torch.Tensor
+    if type(out) is plain:
+        return
+    if type(out) in (tuple, list) or type(out) in _RETURN_TYPES:
+        for i, o in enumerate(out):  # iterating an exact tuple or list runs no code of the candidate's
+            require_plain(o, f"{where} {i}" if where == "output" else f"{where}[{i}]")
+        return
+    if isinstance(out, plain) or isinstance(out, (tuple, list)):
+        raise CheckFailure(f"{where} is an instance of a subclass of torch.Tensor, tuple or list, not the plain "
+                           "type (a subclass runs its own code inside the judge's checks)")
+
+
 def check_structure(out, meta, device: str) -> list[torch.Tensor]:
     outs, refs = _flat(out), _flat(meta)
     if isinstance(meta, (tuple, list)) != isinstance(out, (tuple, list)) or len(outs) != len(refs):

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from autokernel.bench.checks import CheckFailure, make_inputs, run_check, strided_copy
+from autokernel.bench.checks import CheckFailure, make_inputs, require_plain, run_check, strided_copy
 from autokernel.bench.launches import Launches, record_triton
 from autokernel.bench.across_calls import OutputLedger
 from autokernel.bench.share import TorchWork
@@ -48,7 +48,13 @@ class StageContext:
         return next(self._seeds) * 7919 + 17
 
     def call(self, fn, args):
-        """One call of the candidate with its launches recorded (the caller runs self.verify after)."""
+        """One call of the candidate with its launches recorded (the caller runs self.verify after);
+        its outputs must be plain tensors (checks.require_plain) before the judge touches them."""
+        out = self._call(fn, args)
+        require_plain(out)
+        return out
+
+    def _call(self, fn, args):
         with record_triton(self.module_name, self.launches):
             if self.profile_next and self.device.startswith("cuda"):
                 from autokernel.bench.launches import record_gpu
