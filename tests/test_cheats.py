@@ -229,6 +229,13 @@ def test_bench_leftovers_between_timed_calls_are_caught_on_gpu(worker, kind):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
+def test_bench_own_work_only_while_profiled_is_caught_on_gpu(worker):
+    res = worker.judge(CHEATS / "bench" / "watched_honest.py", timeout_s=300)
+    _rejected(res, (CHEAT, "when the profiler watches"), "watched_honest")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
 def test_bench_side_stream_is_rejected_on_gpu(worker):
     res = worker.judge(CHEATS / "bench" / "side_stream.py", timeout_s=300)
     assert res.outcome in (CHEAT, INCORRECT), (res.outcome, res.error)

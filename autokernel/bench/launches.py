@@ -41,6 +41,11 @@ class GpuSession:
     warm: bool
     marks: list[tuple[float, float]] = field(default_factory=list)
 
+    def work_us(self) -> float:
+        """The GPU time of the call itself: its span after the judge's lead sleep."""
+        start = max([e for _s, e in self.marks] + [self.span[0]])
+        return max(0.0, self.span[1] - start)
+
 
 @dataclass
 class Launches:

@@ -66,7 +66,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
             if why:
                 return f"{spec.shape_label(shape)}: {why}"
             res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
-        why = _library_at(ctx, spec, fn, refill, t.get("host_rep_us") or 0.0)
+        why = _library_at(ctx, spec, fn, refill, t.get("host_rep_us") or 0.0, t["median_us"])
         if why:
             return f"{spec.shape_label(shape)}: {why}"
         vram = max(vram, timing.peak_vram_mb(fn, args))
@@ -116,13 +116,23 @@ LEAD_US = 2000.0  # the least lead sleep ahead of the profiled call at a timed s
 LONG_LEAD_US = 100_000.0  # the second look, when the first saw GPU time unaccounted for
 
 
-def _library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0) -> str | None:
+WATCHED_SLACK = 1.5  # a profiled call's GPU work may take this many times the timed median ...
+WATCHED_SLACK_US = 30.0  # ... plus this (the profiler's own cost per kernel, jitter)
+
+
+def _library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: float | None = None) -> str | None:
     """The library share of one profiled call at the timed shape (a candidate may switch to the
     library only where it is timed), warm: behind a lead sleep of several times the host's time per
     call, so its kernels run back to back and GPU time no kernel accounts for is hidden work. When
     the share is over the limit with such time in it, the call is profiled again behind a far
     longer sleep: a host slower than the first lead (a collection, a busy machine) leaves the GPU
-    idle once, hidden work takes its time every time; the second look decides."""
+    idle once, hidden work takes its time every time; the second look decides.
+
+    A candidate can also tell a profiled call from a timed one (the profiler is on, and says so)
+    and do its own work only while watched. So the profiled call's GPU work must be about what the
+    timed calls took (`median_us`): its inputs were just written (warm in L2), the profiler adds a
+    little per kernel; a profiled call far slower than the timed median is not the call that was
+    timed."""
     reason = None
     for lead in (max(LEAD_US, 4.0 * host_us), LONG_LEAD_US):
         launches = Launches()
@@ -133,6 +143,11 @@ def _library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0) -> str | No
             ctx.verify()  # before the judge's own code after the call (the profiler's record) runs
         reason = cheat_reason(launches, spec.library_kernel_patterns, True) or \
             library_reason(launches, spec.library_kernel_patterns, True)
+        if reason is None and median_us is not None and launches.gpu_sessions:
+            work = launches.gpu_sessions[-1].work_us()
+            if work > WATCHED_SLACK * median_us + WATCHED_SLACK_US:
+                reason = (f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: "
+                          "it does other work when the profiler watches than when it is timed")
         if reason is None or UNSEEN not in reason:
             return reason
     return reason
