@@ -260,11 +260,12 @@ def test_fingerprint_cache_gains_no_speed_on_gpu(worker):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", sorted(KB) + ["side_stream", "late_stream"])
+@pytest.mark.parametrize("name", sorted(KB) + ["side_stream", "late_stream", "watched_honest"])
 def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem_gpu, name):
     res = kb_worker.evaluate(relu_problem_gpu, (CHEATS / "kb" / f"{name}.py").read_text(), timeout_s=300)
-    if name == "late_stream":
-        _rejected(res, ("cheat", "another CUDA stream current"), name)
+    if name in ("late_stream", "watched_honest"):
+        phrase = "another CUDA stream current" if name == "late_stream" else "when the profiler watches"
+        _rejected(res, ("cheat", phrase), name)
         return
     if name == "side_stream":
         assert res.outcome == "cheat" and ("side streams" in res.error or "timed is wrong" in res.error), res.error

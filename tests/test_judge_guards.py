@@ -386,3 +386,18 @@ def test_the_flush_buffer_is_checked_at_each_use_not_only_made_once():
     timing._flush["cpu"] = torch.empty(timing.L2_FLUSH_BYTES * 2, dtype=torch.uint8)[::2]  # right size, strided
     assert timing.flush_buffer("cpu").is_contiguous()
     timing._flush.pop("cpu")
+
+
+def test_a_profiled_call_must_do_the_work_the_timed_calls_did():
+    """Own work only while the profiler watches: the warm profiled call's GPU work (its span after
+    the judge's lead sleep) against the timed median."""
+    from autokernel.kb.worker import watched_reason
+    from autokernel.bench.launches import Launches
+
+    lead = [(0.0, 2000.0)]
+    session = _session([("_own_slow", 2001.0, 2900.0)], warm=True, span=(0.0, 2901.0), marks=lead)
+    assert session.work_us() == pytest.approx(901.0)
+    assert "when the profiler watches" in watched_reason(Launches(gpu_sessions=[session]), 120.0)
+    assert watched_reason(Launches(gpu_sessions=[session]), 800.0) is None
+    cold = _session([("_own_slow", 1.0, 900.0)], warm=False, span=(0.0, 901.0), marks=[(0.0, 1.0)])
+    assert watched_reason(Launches(gpu_sessions=[cold]), 120.0) is None  # a cold call compiles: not compared
