@@ -65,9 +65,9 @@ def flush_buffer(device: str) -> torch.Tensor:
 def _per_rep_us(fn: Callable, args: tuple, flush: torch.Tensor, start, end, first, last, cycles: float,
                 prims: tuple, stream, index: int, refill=None) -> tuple[float, float, tuple | None]:
     """(host, GPU) microseconds of one repetition (refill, flush, events, call), and the state
-    before and after a call that left something behind (between_calls), if one did. The host's: queued, not waited for. The GPU's: three
-    repetitions queued behind a GPU sleep that outlasts their queueing, so that they run back to
-    back and the events see no host gap."""
+    before and after a call that left something behind (between_calls), if one did. The host's:
+    queued, not waited for. The GPU's: three repetitions queued behind a GPU sleep that outlasts
+    their queueing, so that they run back to back and the events see no host gap."""
     record, _query, elapsed, _event_sync, device_sync, sleep, zero, _clone, state, _tensor, clock = prims
     before = state(index)
 
