@@ -1,7 +1,8 @@
 """Cheat, family 4 (bench, GPU): honest for the first calls (the correctness stages make fewer), then
 every call ends with something left for the judge's next step and taken back by its own next call:
-another current CUDA stream, which takes the flush and the judge's events off the timed stream. Caught in the GPU timing:
-between_calls checks the mode stacks and the current stream after every timed call."""
+another current CUDA stream, which takes the flush and the judge's events off the timed stream.
+Caught in the GPU timing: between_calls checks the mode stacks and the current stream after every
+timed call."""
 
 import torch
 import triton
