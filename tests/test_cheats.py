@@ -50,6 +50,7 @@ KB = {
     "profiler_toggle": ("cheat", "library/torch ops did"),
     "checker_swap": ("cheat", "modified the judge itself"),
     "subclass_output": ("incorrect", "subclass of torch.Tensor"),
+    "precomputed_trials": ("incorrect", "trial 1"),
     "cache_by_address": ("incorrect", "trial 2"),
     "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),

@@ -20,12 +20,22 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 from typing import Any, Callable, Sequence
 
 import torch
 
 from autokernel.bench.checks import CheckFailure, compare, make_inputs, reference_outputs
+
+# The judge's secrets (window offsets, sampled calls, seeds) come from the OS through this one
+# function, taken when the judge's modules load, before any candidate: a candidate can rebind
+# os.urandom, or random's own _urandom (SystemRandom's source), to make them predictable, but not
+# this name (the judge's module globals are in the integrity snapshot).
+urandom = os.urandom
+
+
+def secret_int(nbytes: int = 8) -> int:
+    return int.from_bytes(urandom(nbytes), "little")
+
 
 KEEP = 8  # outputs kept for re-checking (the most recent)
 KEEP_BYTES = 64 << 20  # outputs up to this size are copied whole; of a larger one, SAMPLE_BYTES random bytes
@@ -45,7 +55,7 @@ def unchanged(t: torch.Tensor, saved: torch.Tensor, at: torch.Tensor | None = No
 
 
 def _sample_positions(nbytes: int, device) -> torch.Tensor:
-    gen = torch.Generator(device=device).manual_seed(int.from_bytes(os.urandom(8), "little") % 2**62)
+    gen = torch.Generator(device=device).manual_seed(secret_int() % 2**62)
     return torch.randint(nbytes, (SAMPLE_BYTES,), generator=gen, device=device)
 
 
@@ -150,7 +160,7 @@ class Refill:
 
     def __init__(self, spec, shape, dtype, device):
         self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
-        self.base = int.from_bytes(os.urandom(8), "little")
+        self.base = secret_int()
         first = self.args = self._draw(-1)
         filled = [isinstance(a, torch.Tensor) and a.numel() > 0 for a in first]
         self.orders = [memory_order(a) if f else None for a, f in zip(first, filled)]
@@ -285,8 +295,11 @@ def spec_expected(spec, refill: Refill) -> Callable[[int], tuple[Any, float, flo
 def choose(n_calls: int, samples: int = SAMPLES, skip_last: bool = True) -> set[int]:
     """Which of n_calls calls to sample, unpredictably (never the last one with `skip_last`: on
     the GPU what is queued after it would count as tail time)."""
-    pool = range(max(1, n_calls - 1) if skip_last else n_calls)
-    return set(random.SystemRandom().sample(pool, min(samples, len(pool))))
+    pool = max(1, n_calls - 1) if skip_last else n_calls
+    picked: set[int] = set()
+    while len(picked) < min(samples, pool):
+        picked.add(secret_int() % pool)
+    return picked
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -302,7 +315,6 @@ class Reservoir:
         self.k, self.seen = k, 0
         self.slots: list[tuple] = []
         self.last: tuple | None = None
-        self.rng = random.SystemRandom()
 
     def offer(self, key, out) -> None:
         entry = (key, out, [o.detach().clone() for o in _tensors(out)])
@@ -310,7 +322,7 @@ class Reservoir:
         if len(self.slots) < self.k:
             self.slots.append(entry)
         else:
-            j = self.rng.randrange(self.seen)
+            j = secret_int() % self.seen
             if j < self.k:
                 self.slots[j] = entry
         self.last = entry

@@ -13,7 +13,6 @@ turns it into an outcome.
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +20,7 @@ import torch
 
 from autokernel.bench.checks import CheckFailure, make_inputs, require_plain, run_check, strided_copy
 from autokernel.bench.launches import Launches, record_triton
-from autokernel.bench.across_calls import OutputLedger
+from autokernel.bench.across_calls import OutputLedger, secret_int
 from autokernel.bench.share import TorchWork
 from autokernel.bench.result import StageVerdict
 from autokernel.kernels.spec import KernelSpec, Shape, to_dtype
@@ -42,7 +41,7 @@ class StageContext:
     profile_next: bool = False  # record GPU kernel names and times on the next call (anti-cheat evidence)
     verify: Callable[[], None] = lambda: None  # the judge's integrity check, after every call
     ledger: OutputLedger = field(default_factory=OutputLedger)
-    _seeds: itertools.count = field(default_factory=lambda: itertools.count(int.from_bytes(os.urandom(3), "little")))
+    _seeds: itertools.count = field(default_factory=lambda: itertools.count(secret_int(3)))
 
     def seed(self) -> int:
         return next(self._seeds) * 7919 + 17

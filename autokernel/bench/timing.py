@@ -120,7 +120,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     module's docstring). Between calls only between_calls.primitives() run; a call that leaves a
     mode, another current stream or a thread behind, or a sampled call whose outputs are not plain
     tensors, ends the timing with LeftBehind (checked when `verify` is given: a judged candidate)."""
-    from autokernel.bench.across_calls import SAMPLES
+    from autokernel.bench.across_calls import SAMPLES, urandom
 
     flush = flush_buffer(device)
     dev = torch.device(device)
@@ -136,7 +136,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
                                                                     _idle_probe_us, _pick, _stopped)
     why_left, = private(leftover)
     record, _query, elapsed, event_sync, device_sync, _sleep, _zero, _clone, state, _tensor, _clock = prims
-    event, urandom, collect = torch.cuda.Event, os.urandom, gc.collect
+    event, collect = torch.cuda.Event, gc.collect
     start, end, first, last, idle, mark, idle2 = (event(enable_timing=True) for _ in range(7))
     before = state(index)
     fn(*args)

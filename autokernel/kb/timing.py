@@ -239,7 +239,8 @@ def _baselines_here(res, key: tuple, supplied: dict | None, measure) -> dict:
 
 
 def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline: float, notify,
-               cuda: bool, stateful: bool = False, supplied: dict | None = None, verify=None) -> str | None:
+               cuda: bool, stateful: bool = False, supplied: dict | None = None, verify=None,
+               input_seed: int | None = None) -> str | None:
     """`stateful`: the problem's Model changes with every call (the correctness trials found it),
     so no timed output can be checked against a reference on its inputs alone; res.extra says so.
     `supplied`: the problem's baselines as the trusted harness timed them in a process of its own
@@ -247,11 +248,12 @@ def time_model(res, prob, init, new, seed: int, code: str, quick: bool, deadline
     are, nothing timed here, and never kept in this process's cache. Timed outside the candidate's
     process, the candidate has no chance to disturb its own baselines (a warm-up that evicts, a
     patched torch op, a leftover stream). `verify`: the judge's integrity check (raises), run inside
-    the GPU timing before its events are read."""
+    the GPU timing before its events are read. `input_seed`: the timed inputs' seeds (the judge's
+    secret; `seed` stays the weights' seed)."""
     from autokernel.bench import judge as bj
 
     device = "cuda" if cuda else "cpu"
-    inputs = timing_inputs(prob, device, seed)
+    inputs = timing_inputs(prob, device, seed if input_seed is None else input_seed)
     if stateful:
         res.extra["timed_outputs"] = STATEFUL
     if not cuda:

@@ -241,7 +241,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.introspection import refused as introspection_refused
     from autokernel.bench.introspection import start_judgement
     from autokernel.bench.launches import Launches, library_share, short_name
-    from autokernel.bench.across_calls import OutputLedger
+    from autokernel.bench.across_calls import OutputLedger, secret_int
     from autokernel.bench.between_calls import LeftBehind
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
@@ -301,7 +301,10 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
             recording = record_launches()
             recording.__enter__()
-        trial_inputs = Inputs(prob, device, seed)
+        # the inputs' seeds are the judge's secret (the weights' seed is KernelBench's): seeds a
+        # candidate can read in the judge's code would let it compute every trial's answer ahead
+        secret = secret_int(4)
+        trial_inputs = Inputs(prob, device, secret)
         reference = Reference(prob, init, device, seed)
         for trial in range(TRIALS):
             args = trial_inputs.refill(trial)  # the same tensors every trial, new values
@@ -382,7 +385,8 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
 
             try:
                 why = timing.time_model(res, prob, init, new, seed, code, bool(req.get("quick")), deadline, notify,
-                                        cuda, stateful=bool(reference.stateful), supplied=supplied, verify=verify)
+                                        cuda, stateful=bool(reference.stateful), supplied=supplied, verify=verify,
+                                        input_seed=secret + 7919)
             except (bj.Tampered, LeftBehind) as exc:  # what it left stays in this process: a new worker
                 bj.disarm()
                 verdict = cheat(f"timing: {exc}")
