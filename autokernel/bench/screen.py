@@ -26,6 +26,7 @@ import traceback
 import torch
 
 from autokernel.bench import judge
+from autokernel.bench.across_calls import secret_int
 from autokernel.bench.checks import CheckFailure, make_inputs
 from autokernel.bench.launches import cheat_reason, library_reason
 from autokernel.bench.result import CHEAT, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
@@ -88,7 +89,7 @@ def screen_request(req: dict, notify=None) -> dict:
             from autokernel.bench import timing
             from autokernel.bench.between_calls import LeftBehind
 
-            args = make_inputs(spec, shape, to_dtype(dt), device, int(time.time() * 1e3) % 100_003)
+            args = make_inputs(spec, shape, to_dtype(dt), device, secret_int(3))
             try:
                 t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
                                      max_reps=SCREEN_MAX_REPS, verify=verify)
