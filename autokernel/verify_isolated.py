@@ -19,11 +19,14 @@ tail explains a child that died.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from autokernel import errors
@@ -43,6 +46,31 @@ def _child_env() -> dict[str, str]:
                             "HF_HUB_OFFLINE": "1"})
 
 
+# The compile caches a sandboxed child writes (sandbox.scratch_env): every judged candidate could
+# write them too, and plant a compiled kernel under the key of a source it proposes later (or of the
+# model's compiled graph, made slow: the baseline verify measures against). Verify compiles the kept
+# kernels and both models from their sources, in caches of its own.
+_CACHES = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "AUTOKERNEL_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+
+
+@contextlib.contextmanager
+def fresh_caches(env: dict[str, str]):
+    """Point the child's compile caches at new folders next to the sandbox's (inside its one
+    writable folder), removed afterwards. Unsandboxed, the child uses this process's caches."""
+    parent = env.get("TRITON_CACHE_DIR")
+    if not parent:
+        yield
+        return
+    root = Path(tempfile.mkdtemp(prefix="verify-", dir=Path(parent).parent))
+    try:
+        for name in _CACHES:
+            (root / name.lower()).mkdir()
+            env[name] = str(root / name.lower())
+        yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def verify_isolated(store: Any, workspace: Any, *, run_id: int | None = None, only_kept: bool = False,
                     progress: Optional[Callable[[str], None]] = None, record: bool = True,
                     **check_options: Any):
@@ -56,7 +84,7 @@ def verify_isolated(store: Any, workspace: Any, *, run_id: int | None = None, on
     plan = plan_verify(store, workspace, run_id=run_id, only_kept=only_kept)
     argv, env, iso = sandboxed([sys.executable, "-m", "autokernel.verify_isolated"], _child_env())
     request = json.dumps({"plan": plan.to_dict(), "options": check_options})
-    with tempfile.TemporaryFile(prefix="ak-verify-") as err:
+    with fresh_caches(env), tempfile.TemporaryFile(prefix="ak-verify-") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                                 start_new_session=True)
         reply: dict[str, Any] = {}

@@ -138,3 +138,24 @@ def test_gpu_the_sandboxed_verify_runs_the_kernels_on_the_gpu(home):
         assert k.kernel_type == "rmsnorm" and k.calls > 0 and k.fallbacks == 0
         assert any(("sandbox: no network" if probe().sandboxed else "none:") in n for n in r.notes), r.notes
         assert store.get_run(r.run_id).kind == "verify"
+
+
+def test_verify_compiles_in_caches_of_its_own(tmp_path):
+    """Judged candidates share the sandbox's compile caches, and one could plant a compiled kernel
+    (or a slow compiled graph of the model) there: verify's child gets new, empty caches inside the
+    sandbox's folder, removed afterwards; unsandboxed (no scratch caches), nothing changes."""
+    from autokernel.verify_isolated import fresh_caches
+
+    shared = tmp_path / "scratch" / "triton"
+    shared.mkdir(parents=True)
+    env = {"TRITON_CACHE_DIR": str(shared), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "scratch" / "inductor")}
+    with fresh_caches(env):
+        mine = [env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "AUTOKERNEL_CACHE_DIR",
+                                 "TORCH_EXTENSIONS_DIR")]
+        assert len(set(mine)) == 4 and all(os.path.isdir(p) and not os.listdir(p) for p in mine)
+        assert all(os.path.dirname(os.path.dirname(p)) == str(tmp_path / "scratch") for p in mine)
+        assert str(shared) not in mine
+    assert not any(os.path.exists(p) for p in mine)
+    plain = {"PATH": "/usr/bin"}
+    with fresh_caches(plain):
+        assert plain == {"PATH": "/usr/bin"}
