@@ -43,6 +43,7 @@ BENCH = {
     "thread_left_running": (CHEAT, "a thread it started, still running"),
     "mode_left_active": (CHEAT, "dispatch modes"),
     "subclass_output": (INCORRECT, "subclass of torch.Tensor"),
+    "finalizer_patch": (CHEAT, "make_inputs"),
 }
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),

@@ -248,7 +248,11 @@ def run_check(spec: KernelSpec, fn: Callable, inputs: tuple | Callable[[], tuple
     from inputs made again. `args`: call with these tensors instead, after copying the made
     inputs' values into them in place (the same memory with new contents: a result cached by
     address fails). `ledger` (across_calls.OutputLedger): earlier outputs that must survive this call.
-    `after_call`: run once the call is over, before anything else (the judge's integrity check)."""
+    `after_call`: run once the call is over, before anything else (the judge's integrity check), and
+    once before anything here: a finalizer the candidate hung on an output it returned earlier runs
+    when the judge lets go of it, and what it changed must be seen before the inputs are made."""
+    if after_call is not None:
+        after_call()
     if callable(inputs):
         make = inputs
         made = make()

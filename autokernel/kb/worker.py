@@ -308,6 +308,9 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         trial_inputs = Inputs(prob, device, secret)
         reference = Reference(prob, init, device, seed)
         for trial in range(TRIALS):
+            changed = check()  # a finalizer hung on an earlier output runs when the judge lets go of it
+            if changed:
+                return cheat(f"the candidate modified the judge itself ({changed})")
             args = trial_inputs.refill(trial)  # the same tensors every trial, new values
             if cuda:
                 poison_cuda_cache(sizes or [a.numel() * a.element_size() for a in args
