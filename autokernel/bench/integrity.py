@@ -18,9 +18,11 @@ None`, or the saved copies edited to agree with a patch): the judges therefore c
 imported and held only in the judge's locals.
 
 Limits: a check sees what is changed when it looks, not what was changed and put back in between.
-The GPU timing runs nothing a candidate can rewrite between its calls (between_calls.py), but the
-stages' own Python (StageContext, the comparison) runs between checks: a candidate that patches it
-for the length of one check and restores it before the next is not seen. Nor is one that works
+The stages check right after every call and again before making the next call's inputs (a
+finalizer on an output runs when the judge lets go of it), and the GPU timing runs nothing a
+candidate can rewrite between its calls (between_calls.py); what a finalizer of cyclic garbage does
+when the collector happens to run inside the judge's own code, and undoes before the next check,
+is not seen. Nor is one that works
 through ctypes or its own native code. The reference is therefore never computed while the
 candidate runs (checks.py), and the candidate has no secrets or network to gain by any of it
 (sandbox.py).
