@@ -280,18 +280,20 @@ def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem_gpu, 
 @pytest.mark.timeout(600)
 def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
     """Issue 19: the judge's cost per candidate grows by < 20%. What the anti-cheat adds to a
-    judgement (inputs refilled and outputs sampled in the timing loop, the refilled wall-clock pass,
-    one profiled call per timed shape for the library share, the integrity check after every call),
+    judgement (inputs refilled and outputs sampled in the timing loop, its guard around every call,
+    the refilled wall-clock pass, the warm profiled call per timed shape for the library share and
+    the watched-work check, the private integrity check after every call),
     measured here against the same timing without them, over the rest of a warm judgement of the
     rmsnorm starter (compiled kernel and baselines cached: the smallest a loop's judgement gets)."""
     import time
+    from types import SimpleNamespace
 
     import torch
 
     from autokernel.bench import timing
     from autokernel.bench.across_calls import Refill, Sampled, spec_expected
-    from autokernel.bench.integrity import CHANGED, judge_snapshot
-    from autokernel.bench.launches import Launches, record_gpu
+    from autokernel.bench.judge import integrity_guard
+    from autokernel.bench.time_candidate import library_at
     from autokernel.kernelfile import entry_point, import_kernel, read_kernel_file
     from autokernel.kernels import get_spec, starter_path
 
@@ -310,22 +312,27 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
         return time.perf_counter() - t0
 
     added = 0.0
-    parts = {"refill": 0.0, "samples": 0.0, "wall refill": 0.0, "profiled call": 0.0}
+    parts = {"refill": 0.0, "guard and samples": 0.0, "wall refill": 0.0, "profiled call": 0.0}
     for shape in shapes:
         refill = Refill(spec, shape, torch.bfloat16, "cuda")
         args = refill.args
 
+        # what the judge runs: the guarded timing loop (state checked around every call, the
+        # private integrity check before the events are read) and the warm profiled call behind its
+        # lead sleep, with the watched-work check against the timed median
+        guard = integrity_guard()
+
         def sampled_run():
             sampled = Sampled(spec_expected(spec, refill))
-            timing.time_call(fn, args, "cuda", refill=refill, on_sample=sampled.take)
+            timing.time_call(fn, args, "cuda", refill=refill, on_sample=sampled.take, verify=guard)
+            guard()
             assert sampled.verdict() is None
 
         def profiled():
-            with record_gpu(Launches()):
-                fn(*args)
-                torch.cuda.synchronize()
+            r = reps["samples"]
+            why = library_at(SimpleNamespace(verify=guard), spec, fn, refill, r["host_rep_us"], r["median_us"])
+            assert why is None, why
 
-        profiled()  # the profiler's first start
         reps = {}  # what one repetition costs the host and the GPU, plain and refilled
 
         def timed(name, **more):
@@ -333,21 +340,22 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
 
         steps = {"plain": lambda: timed("plain"),
                  "refill": lambda: timed("refill", refill=refill),
-                 "samples": sampled_run,
+                 "samples": lambda: timed("samples", refill=refill, verify=guard),
+                 "guarded samples": sampled_run,
                  "plain wall": lambda: timing.wall_call(fn, args),
                  "wall refill": lambda: timing.wall_call(fn, args, refill=refill),
                  "profiled call": profiled}
         t = {name: min(seconds(work), seconds(work)) for name, work in steps.items()}
         parts["refill"] += max(0.0, t["refill"] - t["plain"])
-        parts["samples"] += max(0.0, t["samples"] - t["refill"])
+        parts["guard and samples"] += max(0.0, t["guarded samples"] - t["refill"])
         parts["wall refill"] += max(0.0, t["wall refill"] - t["plain wall"])
         parts["profiled call"] += t["profiled call"]
         print(spec.shape_label(shape), ", ".join(
             f"{k}: {r['reps']} reps, host {r['host_rep_us']:.0f} us, GPU {r['gpu_rep_us']:.0f} us per rep, "
             f"{1e3 * t[k]:.0f} ms" for k, r in reps.items()))
     added += sum(parts.values())
-    snap = judge_snapshot(specs=[spec])
-    per_check = seconds(lambda: [CHANGED(snap) for _ in range(200)]) / 200
+    guard = integrity_guard()
+    per_check = seconds(lambda: [guard() for _ in range(200)]) / 200
     calls = sum(int(s.detail.split()[0]) for s in res.stages if s.detail and s.detail.split()[0].isdigit())
     added += per_check * (calls + 10)
     growth = added / (res.duration_s - added)

@@ -66,7 +66,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
             if why:
                 return f"{spec.shape_label(shape)}: {why}"
             res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
-        why = _library_at(ctx, spec, fn, refill, t.get("host_rep_us") or 0.0, t["median_us"])
+        why = library_at(ctx, spec, fn, refill, t.get("host_rep_us") or 0.0, t["median_us"])
         if why:
             return f"{spec.shape_label(shape)}: {why}"
         vram = max(vram, timing.peak_vram_mb(fn, args))
@@ -121,7 +121,7 @@ WATCHED_SLACK_US = 30.0  # ... plus this (the profiler's own cost per kernel, ji
 WATCHED = "it does other work when the profiler watches than when it is timed"
 
 
-def _library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: float | None = None) -> str | None:
+def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: float | None = None) -> str | None:
     """The library share of one profiled call at the timed shape (a candidate may switch to the
     library only where it is timed), warm: behind a lead sleep of several times the host's time per
     call, so its kernels run back to back and GPU time no kernel accounts for is hidden work. When
