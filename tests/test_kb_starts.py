@@ -287,6 +287,43 @@ def test_logsumexp_sums_and_global_pools_next_to_a_matmul_are_generated(home):
     assert not {"logsumexp", "sum", "mean", "AdaptiveAvgPool2d"} & set(sol.kept)
 
 
+# -- pools next to a convolution (L2 78, L2 10 / 43 / 65) ------------------------------------------------
+
+POOLS = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {conv}
+        self.p1, self.p2 = {pools}
+
+    def forward(self, x):
+        x = self.p2(self.p1({pre}(self.conv(x))))
+        return {post}
+'''
+
+
+@pytest.mark.parametrize("conv, pools, pre, post, inputs, generated", [
+    # L2 78 in small: a transposed convolution, two max pools, a channel sum our reduce does; left to
+    # cuDNN the pools would be all of the non-convolution work, and the judge rejects such a start
+    ("nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1)", "nn.MaxPool3d(2), nn.MaxPool3d(3)", "",
+     "torch.sum(x, dim=1, keepdim=True)", "[torch.randn(2, 3, 6, 7, 6)]", True),
+    # an activation on the full convolution output does more than the pools: they stay cuDNN's
+    ("nn.Conv2d(3, 8, 3)", "nn.MaxPool2d(2), nn.AvgPool2d(2)", "torch.relu",
+     "torch.tanh(x) * 2.0", "[torch.randn(2, 3, 12, 14)]", False),
+])
+def test_pools_are_generated_where_they_would_be_most_of_the_library_work(home, conv, pools, pre, post, inputs,
+                                                                         generated):
+    from autokernel.kb.fallback_rules import pools_dominate
+    from autokernel.kb.solutions import trace_problem
+
+    p = problem(POOLS.format(conv=conv, pools=pools, pre=pre, post=post), inputs)
+    assert pools_dominate(trace_problem(p)) is generated
+    sol, _, _ = run(p)
+    assert any(r.startswith("pool:") for r in sol.replaced) is generated, sol.describe()
+    assert not any(r.startswith("conv:") for r in sol.replaced), sol.describe()  # cuDNN keeps the convolution
+    assert any("Conv" in k for k in sol.kept), sol.describe()
+
+
 # -- CUDA-graph replay --------------------------------------------------------------------------------
 
 def test_graph_default_and_the_eager_path_without_cuda(home):

@@ -142,13 +142,13 @@ class PatternRules(Rules):
         return self.fallback_call(node)
 
     def fallback_call(self, node) -> str | None:
-        """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback:
-        nothing else would run a kernel of ours)."""
+        """_kb_conv / _kb_pool for a convolution or pool, when the emitter takes them (fallback True:
+        nothing else would run a kernel of ours; "pool": the pools alone, pools_dominate)."""
         if not self.fallback:
             return None
         from autokernel.kb.fallback_rules import conv_args, pool_args
 
-        a = conv_args(self.gm, node)
+        a = conv_args(self.gm, node) if self.fallback is True else None
         if a is not None:
             self.generated["conv"].add(node)
             hyper = "".join(f", {k}={self.fmt(a[k])}" for k in ("stride", "padding", "dilation", "groups", "transposed",

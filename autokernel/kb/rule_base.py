@@ -15,7 +15,7 @@ class Rules:
 
     gm: Any  # the traced torch.fx GraphModule
     main: str | None  # the library starter in use for the problem's main op, or None
-    fallback: bool  # the generated convolution and pooling kernels take those ops
+    fallback: bool | str  # True: the generated convolution and pooling kernels take those ops; "pool": pools only
     # each node a generated kernel computes, by family ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm")
     generated: dict[str, set]
     whole: dict  # sums and means of all of a tensor: node -> (x, "sum" | "mean"), foldable into x's fused kernel
@@ -25,7 +25,7 @@ class Rules:
     launches: int  # kernel launches of one forward, about
     fold_plans: dict  # PatternRules' plans of the graph, by pattern, built once
 
-    def __init__(self, gm, main: str | None, families, fallback: bool = False):
+    def __init__(self, gm, main: str | None, families, fallback: bool | str = False):
         self.gm, self.main, self.fallback = gm, main, fallback
         self.generated = {g: set() for g in families}
         self.whole, self.last_ew, self.second, self.extras, self.launches, self.fold_plans = {}, None, None, {}, 0, {}

@@ -29,7 +29,7 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
-from autokernel.kb.fallback_rules import Source, conv_args, pool_args
+from autokernel.kb.fallback_rules import Source, conv_args, pool_args, pools_dominate
 from autokernel.kb.fusion import describe, fused_kernel, fusion_groups
 from autokernel.kb.replay import graph_default, io_bytes, launches_nothing
 from autokernel.kb.op_rules import OpRules, main_op
@@ -137,7 +137,7 @@ def assemble(problem: Problem, forward: str | None, library: str | None, use_ew:
 # -- tracing and emission ----------------------------------------------------------------------------
 
 class _Emitter(OpRules):
-    def __init__(self, gm, main: str | None, fuse: bool = True, fallback: bool = False):
+    def __init__(self, gm, main: str | None, fuse: bool = True, fallback: bool | str = False):
         super().__init__(gm, main, GENERATED, fallback)
         self.fuse = fuse
         self.names: dict[Any, str] = {}
@@ -317,7 +317,9 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
     """The starting ModelNew for a problem (never raises for an unsupported model: torch-only then).
     With `fuse`, chains of elementwise ops run as one generated Triton kernel each. Convolutions
     and pools stay cuDNN's unless nothing else would run a kernel of ours: then the generated
-    convolution and pooling kernels take them (a torch-only start is refused by the judge)."""
+    convolution and pooling kernels take them (a torch-only start is refused by the judge). Pools
+    that would be most of the work left to the library (pools_dominate) are generated too: the
+    judge refuses a start whose own kernels do under a tenth of the non-convolution work."""
     try:
         gm = trace_problem(problem)
     except Exception as exc:  # fx cannot trace data-dependent control flow, HF models, ...
@@ -327,10 +329,14 @@ def initial_solution(problem: Problem, fuse: bool = True) -> Solution:
         taken = _solve(problem, gm, fuse, fallback=True)
         if taken.kind != KIND_TORCH:
             return taken
+    elif sol.kind != KIND_TORCH and pools_dominate(gm):
+        taken = _solve(problem, gm, fuse, fallback="pool")
+        if taken.kind != KIND_TORCH:
+            return taken
     return sol
 
 
-def _solve(problem: Problem, gm, fuse: bool, fallback: bool) -> Solution:
+def _solve(problem: Problem, gm, fuse: bool, fallback: bool | str) -> Solution:
     main = main_op(gm)
     for attempt in (main, None):
         try:
