@@ -26,6 +26,10 @@ from autokernel.kernelfile import candidate_key, parse_source
 
 MARGIN = 1.2  # a screened candidate goes on when its time is within this factor of the best's
 SLOW = 3.0  # the report counts candidates at least this much slower than the best
+# A candidate the short screen puts between MARGIN and this factor of the best is screened once more
+# and stopped only if that agrees: a busy host (CI's two cores) once put the best's own configuration
+# past the margin. The far-off candidates the screen is for are stopped at once.
+RECHECK = 2.0
 SCREEN_TIMEOUT_S = 120.0
 JUDGED = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout", "baseline")
 
@@ -63,6 +67,11 @@ def plan(start_shapes: list[dict], best_shapes: list[dict]) -> Optional[Plan]:
 def stopped(res: Any, p: Plan, margin: float = MARGIN) -> bool:
     """The screen stops a correct candidate slower than margin x the best at the heavy shape."""
     return res.correct and res.latency_us is not None and res.latency_us > margin * p.best_us
+
+
+def recheck(res: Any, p: Plan, margin: float = MARGIN) -> bool:
+    """A stopped candidate close enough to the margin to be screened a second time."""
+    return stopped(res, p, margin) and res.latency_us < RECHECK * p.best_us
 
 
 def screened_fields(res: Any, p: Plan) -> dict[str, Any]:
