@@ -259,6 +259,21 @@ def record_gpu(launches: Launches, lead_us: float | None = None):
             launches.gpu_kernels.append(name)
 
 
+WATCHED = "it does other work when the profiler watches than when it is timed"
+
+
+def watched_reason(session: GpuSession, median_us: float, slack: float, slack_us: float,
+                   per_kernel_us: float = 0.0) -> str | None:
+    """A candidate can tell a profiled call from a timed one (the profiler is on, and says so) and
+    do its own work only while watched: the profiled call's GPU work must be about what the timed
+    calls took, within `slack` x `median_us` + `slack_us` + `per_kernel_us` per kernel (its inputs
+    just written, the profiler's own cost per kernel); both judges ask this, each with its slack."""
+    work = session.work_us()
+    if work > slack * median_us + slack_us + per_kernel_us * len(session.intervals):
+        return f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: {WATCHED}"
+    return None
+
+
 def is_foreign(name: str, library_patterns: tuple[str, ...]) -> bool:
     return any(p in name for p in library_patterns) or any(p in name for p in GENERIC_PATTERNS)
 

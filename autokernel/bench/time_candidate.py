@@ -20,7 +20,7 @@ from autokernel.bench import timing
 from autokernel.bench.baselines import by_shape
 from autokernel.bench.judge import arm, environment
 from autokernel.bench.result import FLAG_SPEEDUP
-from autokernel.bench.launches import Launches, cheat_reason, library_reason, record_gpu
+from autokernel.bench.launches import WATCHED, Launches, cheat_reason, library_reason, record_gpu, watched_reason
 from autokernel.bench.share import UNSEEN
 from autokernel.bench.across_calls import Refill, Sampled, spec_expected
 from autokernel.kernels.spec import to_dtype
@@ -118,7 +118,6 @@ LONG_LEAD_US = 100_000.0  # the second look, when the first saw GPU time unaccou
 
 WATCHED_SLACK = 1.5  # a profiled call's GPU work may take this many times the timed median ...
 WATCHED_SLACK_US = 30.0  # ... plus this (the profiler's own cost per kernel, jitter)
-WATCHED = "it does other work when the profiler watches than when it is timed"
 
 
 def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: float | None = None) -> str | None:
@@ -146,10 +145,7 @@ def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: f
         reason = cheat_reason(launches, spec.library_kernel_patterns, True) or \
             library_reason(launches, spec.library_kernel_patterns, True)
         if reason is None and median_us is not None and launches.gpu_sessions:
-            work = launches.gpu_sessions[-1].work_us()
-            if work > WATCHED_SLACK * median_us + WATCHED_SLACK_US:
-                reason = (f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: "
-                          f"{WATCHED}")
+            reason = watched_reason(launches.gpu_sessions[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US)
         if reason is None or (UNSEEN not in reason and WATCHED not in reason):
             return reason
     return reason

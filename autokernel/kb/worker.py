@@ -214,18 +214,13 @@ WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US = 2.0, 100.0, 2.0
 
 
 def watched_reason(launches, median_us: float | None) -> str | None:
-    """A ModelNew can tell a profiled trial from a timed one (the profiler says it is on) and do its
-    own work only while watched: the warm profiled trial's GPU work must be about what the timed
-    trials took (inputs just written, the profiler's own cost per kernel allowed for)."""
+    """launches.watched_reason of the warm profiled trial (a cold one compiles: not compared)."""
+    from autokernel.bench.launches import watched_reason as watched
+
     warm = [s for s in launches.gpu_sessions if s.warm]
     if median_us is None or not warm:
         return None
-    work = warm[-1].work_us()
-    allowed = WATCHED_SLACK * median_us + WATCHED_SLACK_US + WATCHED_PER_KERNEL_US * len(warm[-1].intervals)
-    if work > allowed:
-        return (f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: it does other "
-                "work when the profiler watches than when it is timed")
-    return None
+    return watched(warm[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US)
 
 
 def judge_kb(req: dict, notify=lambda m: None) -> dict:
