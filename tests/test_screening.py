@@ -11,7 +11,7 @@ import time
 from autokernel.bench.result import CORRECT, BenchResult
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.proposers.base import Proposal, SearchExhausted
-from autokernel.screening import fill_library, key_of, plan, stopped
+from autokernel.screening import fill_library, key_of, plan, recheck, stopped
 
 from test_loop import TINY_REDUCE, add_tiny_kernel
 
@@ -75,6 +75,9 @@ def test_screen_plan_margin_and_keys():
     slow = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=97.0)
     assert not stopped(ok, p) and stopped(slow, p) and not stopped(slow, p, margin=1.25)
     assert plan(start, []) is None  # nothing timed at that shape yet: no screen
+    # a stop under 2x the best is screened again; a far-off one (or one within the margin) is not
+    far = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=170.0)
+    assert recheck(slow, p) and not recheck(ok, p) and stopped(far, p) and not recheck(far, p)
     # keys: tunables the dtype ignores do not make a new candidate; any other edit does
     src = parse_source(FAST).source
     assert key_of(src, "float32") == key_of(src, "fp32")
