@@ -160,12 +160,7 @@ class Loop:
             return None, None
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
                   timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
-        res = self.screen(**kw)
-        if screening.recheck(res, p, self.margin):
-            again = self.screen(**kw)
-            if again.correct and again.latency_us is not None and again.latency_us < res.latency_us:
-                res = again
-        return res, p
+        return screening.rescreened(self.screen(**kw), p, self.margin, lambda: self.screen(**kw)), p
 
     # -- resume ---------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ No torch here: the loop calls it between bench calls.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from autokernel import objective
 from autokernel.bench.result import FLAG_SPEEDUP
@@ -72,6 +72,17 @@ def stopped(res: Any, p: Plan, margin: float = MARGIN) -> bool:
 def recheck(res: Any, p: Plan, margin: float = MARGIN) -> bool:
     """A stopped candidate close enough to the margin to be screened a second time."""
     return stopped(res, p, margin) and res.latency_us < RECHECK * p.best_us
+
+
+def rescreened(res: Any, p: Plan, margin: float, screen_again: Callable[[], Any]) -> Any:
+    """`res`, or a second screen of the same candidate when `recheck` says so and it came out faster
+    (both loops: one noisy screen near the margin must not stop a candidate as fast as the best)."""
+    if not recheck(res, p, margin):
+        return res
+    again = screen_again()
+    if again.correct and again.latency_us is not None and again.latency_us < res.latency_us:
+        return again
+    return res
 
 
 def screened_fields(res: Any, p: Plan) -> dict[str, Any]:

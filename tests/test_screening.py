@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import time
 
-from autokernel.bench.result import CORRECT, BenchResult
+from autokernel.bench.result import CORRECT, CRASHED, BenchResult
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.proposers.base import Proposal, SearchExhausted
-from autokernel.screening import fill_library, key_of, plan, recheck, stopped
+from autokernel.screening import fill_library, key_of, plan, recheck, rescreened, stopped
 
 from test_loop import TINY_REDUCE, add_tiny_kernel
 
@@ -78,6 +78,21 @@ def test_screen_plan_margin_and_keys():
     # a stop under 2x the best is screened again; a far-off one (or one within the margin) is not
     far = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=170.0)
     assert recheck(slow, p) and not recheck(ok, p) and stopped(far, p) and not recheck(far, p)
+    # the second screen replaces the first only when it ran correctly and faster; a far-off or a passing
+    # candidate is screened once
+    calls = []
+
+    def again(latency, outcome=CORRECT):
+        def screen():
+            calls.append(latency)
+            return BenchResult("rmsnorm", "triton", outcome=outcome, latency_us=latency)
+        return screen
+
+    assert rescreened(slow, p, 1.2, again(81.0)).latency_us == 81.0 and calls == [81.0]
+    assert rescreened(slow, p, 1.2, again(99.0)) is slow
+    assert rescreened(slow, p, 1.2, again(50.0, outcome=CRASHED)) is slow
+    assert rescreened(far, p, 1.2, again(1.0)) is far and rescreened(ok, p, 1.2, again(1.0)) is ok
+    assert calls == [81.0, 99.0, 50.0]
     # keys: tunables the dtype ignores do not make a new candidate; any other edit does
     src = parse_source(FAST).source
     assert key_of(src, "float32") == key_of(src, "fp32")
