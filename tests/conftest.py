@@ -22,6 +22,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_runtest_logreport(report):
+    """With AUTOKERNEL_TEST_FAILURES=FILE, each failure's report is appended to FILE as it happens:
+    a device call cut off at its time limit still says why its tests failed."""
+    path = os.environ.get("AUTOKERNEL_TEST_FAILURES")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"\n===== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh AutoKernel home for one test, also exported for subprocesses."""

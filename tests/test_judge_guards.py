@@ -283,6 +283,31 @@ def test_gpu_share_counts_own_time_only_where_no_library_kernel_runs_beside_it()
     assert is_foreign("void at::cuda::(anonymous namespace)::spin_kernel(long)", ("gemm",))
 
 
+def test_the_calls_span_ends_with_its_last_kernel_seen_not_before():
+    """The span of a profiled call, from the profiler's timeline as recorded on an H100 (rmsnorm
+    starter at 2048x4096 behind a 2 ms lead): the gap between the closing markers (the estimate of
+    the judge's synchronize and launch after the call) was longer than the one after the call, so
+    the estimate ended the span 3.7 us before the kernel did. The kernel is not cut, and the
+    call's work is the kernel's time; a candidate whose kernels end early still gets the estimate."""
+    from autokernel.bench.launches import MARKER, call_session
+    from autokernel.bench.share import session_work
+
+    spin = f"void at::cuda::(anonymous namespace)::{MARKER}(long)"
+    refill = ("Memcpy DtoD (Device -> Device)", 3380.0, 3390.0)  # queued before the lead: not the call's
+    timeline = [refill, (spin, 3392.61, 5394.024), ("_rmsnorm_fused", 5394.856, 5403.624),
+                (spin, 5409.0, 5409.5), (spin, 5419.0, 5419.5)]  # wake estimate: 9.5 us
+    s = call_session(timeline, warm=True)
+    assert s.span == (3392.61, 5403.624) and [k[0] for k in s.intervals] == ["_rmsnorm_fused"]
+    lib, own, _ = session_work(s, lambda n: "gemm" in n)
+    assert lib == 0.0 and own == pytest.approx(8.768)
+    assert s.work_us() == pytest.approx(5403.624 - 5394.024)
+    early = call_session([(spin, 0.0, 100.0), ("_k", 101.0, 110.0), (spin, 160.0, 160.5), (spin, 170.0, 170.5)],
+                         warm=True)
+    assert early.span == (0.0, 150.5)  # 50 us no kernel accounts for stays in the span
+    # a marker missing (the profiler's collection turned off): no session
+    assert call_session(timeline[:-1], warm=True) is None
+
+
 def test_a_profile_without_the_judges_markers_is_a_cheat():
     from autokernel.bench.launches import Launches, cheat_reason
 

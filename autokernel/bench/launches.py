@@ -16,6 +16,7 @@ import gc
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 from autokernel.bench.share import MAX_SHARE, WorkMeter, cpu_share, gpu_share, paused, share_reason
 
@@ -201,7 +202,7 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
 
 
 @contextlib.contextmanager
-def record_gpu(launches: Launches, lead_us: float | None = None):
+def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable[[], None] | None = None):
     """Profile one call of the candidate (the body of the with-statement) into `launches`.
 
     The judge's own marker kernels bracket it on the profiler's GPU timeline: a GPU sleep before
@@ -212,7 +213,11 @@ def record_gpu(launches: Launches, lead_us: float | None = None):
     it) to the start of the second less that gap. A marker missing from the record means the
     profiler's collection was off when it ran: the candidate turned it off and left it so
     (launches.profile_gap says so). Turned off and on again within the call, the profiler misses
-    the candidate's kernels but not the GPU time they took (share.session_work)."""
+    the candidate's kernels but not the GPU time they took (share.session_work).
+
+    `after` (the judge's integrity check) runs once the closing markers have run, before the
+    profiler's own code: host work of the judge's between the call and the markers would count as
+    GPU time no kernel accounts for (on the card, a 1 ms check made an honest starter 99% "library")."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -233,30 +238,43 @@ def record_gpu(launches: Launches, lead_us: float | None = None):
             torch.cuda.synchronize()
             torch.cuda._sleep(MARK_CYCLES)
         torch.cuda.synchronize()
+        if after is not None:
+            after()
     kernels = []
     for evt in prof.events():
         dev = str(getattr(evt, "device_type", ""))
         if dev.endswith("CUDA") and evt.name:
             kernels.append((evt.name, float(evt.time_range.start), float(evt.time_range.end)))
-    kernels.sort(key=lambda k: k[1])
+    session = call_session(kernels, lead_us is not None)
+    if session is None:
+        launches.profile_gap = ("the judge's own marker kernels around its call are missing from the profiler's "
+                                "record: its collection was turned off during the call")
+        return
+    launches.gpu_sessions.append(session)
+    for name, start, end in session.intervals:
+        if "Memcpy" not in name and "Memset" not in name:
+            launches.gpu_kernels.append(name)
+
+
+def call_session(kernels: list[tuple[str, float, float]], warm: bool) -> GpuSession | None:
+    """The profiled call in the profiler's GPU timeline (name, start, end of every kernel), between
+    the judge's markers (record_gpu), or None when a marker is missing."""
+    kernels = sorted(kernels, key=lambda k: k[1])
     # the judge's own work queued before the profile (inputs made, a refill) ran before the lead
     # marker, which waited for it: the record of the call starts at that marker
     opening = next((i for i, k in enumerate(kernels) if MARKER in k[0]), len(kernels))
     kernels = kernels[opening:]
     marks = [k for k in kernels if MARKER in k[0]]
     if len(marks) < 3 or kernels[-1] is not marks[-1]:
-        launches.profile_gap = ("the judge's own marker kernels around its call are missing from the profiler's "
-                                "record: its collection was turned off during the call")
-        return
+        return None
     first, close, last = marks[0], marks[-2], marks[-1]
     wake = max(0.0, last[1] - close[2])
     ours = {id(first), id(close), id(last)}
     work = [k for k in kernels if id(k) not in ours]
-    launches.gpu_sessions.append(GpuSession(work, (first[1], max(first[2], close[1] - wake)), lead_us is not None,
-                                            [(first[1], first[2])]))
-    for name, start, end in work:
-        if "Memcpy" not in name and "Memset" not in name:
-            launches.gpu_kernels.append(name)
+    # the gap after the call is estimated by the one between the closing markers; a kernel seen
+    # ending later than that estimate is still the call's (a faster synchronize return), never cut
+    end = max([first[2], close[1] - wake] + [e for _n, s, e in work if s < close[1]])
+    return GpuSession(work, (first[1], min(end, close[1])), warm, [(first[1], first[2])])
 
 
 WATCHED = "it does other work when the profiler watches than when it is timed"

@@ -138,10 +138,10 @@ def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: f
     for lead in (max(LEAD_US, 4.0 * host_us), LONG_LEAD_US):
         launches = Launches()
         refill(-2)
-        with record_gpu(launches, lead_us=lead):
+        # the integrity check runs after the closing markers, before the profiler's record is read
+        with record_gpu(launches, lead_us=lead, after=ctx.verify):
             fn(*refill.args)
             torch.cuda.synchronize()
-            ctx.verify()  # before the judge's own code after the call (the profiler's record) runs
         reason = cheat_reason(launches, spec.library_kernel_patterns, True) or \
             library_reason(launches, spec.library_kernel_patterns, True)
         if reason is None and median_us is not None and launches.gpu_sessions:
