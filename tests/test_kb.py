@@ -114,6 +114,16 @@ def kernel_fn(x):
     _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
     return y
 
+
+@triton.jit
+def _spin_kernel(p, n):
+    # a dependent chain of n multiply-adds: GPU time of the candidate's own (torch.cuda._sleep is
+    # no one's work, and counts against it as library time)
+    acc = tl.load(p)
+    for _ in range(n):
+        acc = acc * 0.5 + 1.0
+    tl.store(p, acc)
+
 '''
 
 
@@ -141,14 +151,14 @@ FALLBACK = solution("return torch.relu(x)")
 # precision downcast: its kernel runs on half-precision copies of fp32 inputs
 DOWNCAST = solution("return kernel_fn(x.half()).float()")
 # side stream: the kernel runs on another stream, nothing waits for it
-# The work goes to a side stream that the timed stream never waits for; the GPU spin (~2 ms) makes
-# it far longer than launching it, so timing only the current stream would report a few us.
+# The work goes to a side stream that the timed stream never waits for; a GPU spin of its own (~1-2 ms)
+# makes it far longer than launching it, so timing only the current stream would report a few us.
 SIDE_STREAM = solution("""
 y = torch.empty_like(x)
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(s):
-    torch.cuda._sleep(4_000_000)
+    _spin_kernel[(1,)](torch.zeros(1, device=x.device), 400_000)
     _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
 return y
 """)
@@ -391,7 +401,8 @@ def test_planted_cheats_are_rejected(kb_worker, problems, source, outcome, words
 @pytest.mark.gpu
 def test_side_stream_is_rejected(kb_worker, problems):
     res = kb_worker.evaluate(problems[1], SIDE_STREAM, timeout_s=120)
-    assert res.outcome == "cheat" and "side stream" in res.error
+    # the device busy after the stream's end event, or an output sampled there not yet written
+    assert res.outcome == "cheat" and ("side stream" in res.error or "timed is wrong" in res.error), res.error
 
 
 def test_learnable_weights_come_from_the_seed(kb_worker, problems):
