@@ -9,7 +9,8 @@
 # KernelBench starts), apply (custom ops under torch.compile, the launcher). A file's box is FILE_S
 # seconds (default 150), cut short by what is left of BUDGET_S (default 560) for the whole call: a
 # device call has a hard limit, and whatever ran must come back with its reasons. Logs go to $OUT
-# (default ./out): one log per file, summary.txt (one line per file), failures.txt (each failure's
+# (default ./out). An item FILE@S gets a box of S seconds instead; FILE%all runs all of the file's
+# tests, not only those marked gpu (the sandbox's, which must hold on the GPU machine too). One log per file, summary.txt (one line per file), failures.txt (each failure's
 # report as it happens, through tests/conftest.py), gpu.txt (the card and versions).
 # Needs the wheels (scripts/gpu.sh); run on the GPU machine from the repo root. PYTEST overrides how
 # pytest is started (default `bash scripts/gpu.sh pytest`; in a set-up venv, `python -m pytest`).
@@ -24,10 +25,10 @@ export AUTOKERNEL_TEST_FAILURES="$OUT/failures.txt"
 T0=$SECONDS
 
 declare -A SETS=(
-  [judge]="tests/test_cheats.py::anticheat tests/test_cheats.py tests/test_bench_timing.py tests/test_refill.py
+  [judge]="tests/test_cheats.py::anticheat tests/test_cheats.py@330 tests/test_bench_timing.py tests/test_refill.py
            tests/test_kb.py tests/test_kb_baselines.py tests/test_bench_baselines.py tests/test_bench_gpu.py
-           tests/test_verify_isolated.py tests/test_sandbox.py"
-  [loop]="tests/test_screening_gpu.py tests/test_loop.py tests/test_pool.py"
+           tests/test_verify_isolated.py tests/test_sandbox.py%all"
+  [loop]="tests/test_screening_gpu.py@300 tests/test_pool.py"
   [kernels]="$(ls tests/test_kernels_*.py 2>/dev/null | tr '\n' ' ')"
   [kb]="tests/test_kb_ops_gpu.py"
   [apply]="tests/test_apply_gpu.py tests/test_launcher.py"
@@ -58,7 +59,17 @@ for g in "$@"; do
       status=1
       continue
     fi
-    box=$(( left < FILE_S ? left : FILE_S ))
+    want=$FILE_S
+    marker=(-m gpu)
+    if [[ "$item" == *%all ]]; then
+      marker=()
+      item="${item%\%all}"
+    fi
+    if [[ "$item" == *@* ]]; then
+      want="${item##*@}"
+      item="${item%@*}"
+    fi
+    box=$(( left < want ? left : want ))
     file="${item%%::*}"
     select=(-k "not anticheat")
     [[ "$item" == *::anticheat ]] && select=(-s -k anticheat)
@@ -66,7 +77,7 @@ for g in "$@"; do
     name="$(basename "$file" .py)${item#"$file"}"
     name="${name//::/-}"
     started=$SECONDS
-    timeout "$box" "${PYTEST[@]}" -q -p no:cacheprovider -m gpu -rfE --tb=short \
+    timeout "$box" "${PYTEST[@]}" -q -p no:cacheprovider "${marker[@]}" -rfE --tb=short \
       --timeout="$box" "${select[@]}" "$file" > "$OUT/$name.log" 2>&1
     rc=$?
     last="$(grep -E '(passed|failed|error|skipped|deselected|no tests ran)' "$OUT/$name.log" | tail -1)"
