@@ -263,9 +263,7 @@ class SlotJudge:
                 return res
 
             plan = screening.Plan(dict(shape), float(task.plan["best_us"]))
-            got = in_run_frame(got)
-            if got.latency_us is not None:
-                got = screening.rescreened(got, plan, task.margin, lambda: in_run_frame(screen(**skw)))
+            got = screening.rescreened(in_run_frame(got), plan, task.margin, lambda: in_run_frame(screen(**skw)))
             out.extra = {"screen_us": got.latency_us, "screen_best_us": plan.best_us}
             if screening.stopped(got, plan, task.margin):
                 out.extra.update(screening.screened_fields(got, plan))

@@ -8,6 +8,7 @@ the pools alone when they would be most of the work no kernel of ours does (pool
 from __future__ import annotations
 
 from autokernel.kb.fx_nodes import fn_name, is_float_tensor, node_shape
+from autokernel.kb.replay import launches_nothing
 
 
 class Source(str):
@@ -90,11 +91,6 @@ def pool_args(gm, node) -> dict | None:
     return {"x": x, "nd": nd, "kind": kind, **a}
 
 
-# calls that move no data (or only a view of it): they count on neither side of pools_dominate
-_NO_WORK = {"view", "reshape", "flatten", "size", "dim", "unsqueeze", "squeeze", "permute", "transpose", "t",
-            "expand", "getitem", "getattr", "contiguous", "unflatten", "numel"}
-
-
 def _elements(node) -> int:
     n = 0
     for a in [*node.all_input_nodes, node]:
@@ -117,8 +113,7 @@ def pools_dominate(gm) -> bool:
     for node in gm.graph.nodes:
         if node.op not in ("call_module", "call_function", "call_method") or conv_args(gm, node) is not None:
             continue
-        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-        if name in _NO_WORK:
+        if launches_nothing(gm, node):  # views and metadata count on neither side
             continue
         if pool_args(gm, node) is not None:
             pools += _elements(node)
