@@ -116,9 +116,10 @@ def kernel_fn(x):
 
 
 @triton.jit
-def _spin_kernel(p, n):
+def _busy_chain(p, n):
     # a dependent chain of n multiply-adds: GPU time of the candidate's own (torch.cuda._sleep is
-    # no one's work, and counts against it as library time)
+    # no one's work, and counts against it as library time; so does a kernel named like its
+    # spin_kernel, the judge's markers)
     acc = tl.load(p)
     for _ in range(n):
         acc = acc * 0.5 + 1.0
@@ -158,7 +159,7 @@ y = torch.empty_like(x)
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(s):
-    _spin_kernel[(1,)](torch.zeros(1, device=x.device), 400_000)
+    _busy_chain[(1,)](torch.zeros(1, device=x.device), 400_000)
     _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
 return y
 """)

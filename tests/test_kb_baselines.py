@@ -271,5 +271,6 @@ def test_gpu_compile_then_timing_hits_the_shared_cache(checkout, judge, tmp_path
         assert b["eager_us"] > 0 and b["compile_us"] > 0 and b["compile_error"] is None
         assert b["cache"]["fxgraph_cache_hit"] >= 1 and b["cache"]["fxgraph_cache_miss"] == 0
     res = judge.evaluate(checkout[1], GOOD, baselines=state["problems"]["L1.1"]["baselines"])
-    assert res.gpu_timing and res.eager_us == state["problems"]["L1.1"]["baselines"]["eager_us"]
+    assert res.outcome == "correct" and res.gpu_timing, (res.outcome, res.error)
+    assert res.eager_us == state["problems"]["L1.1"]["baselines"]["eager_us"]
     assert res.compile_us == state["problems"]["L1.1"]["baselines"]["compile_us"]

@@ -1,6 +1,7 @@
 """Cheat, family 1 (bench, GPU): the library op on the calling stream, and beside it, on a side
-stream, a kernel of its own that only spins for as long: by kernel time alone its own work is as
-large as the library's. Caught on the GPU: own time counts only where no library kernel runs beside
+stream, a kernel of its own that only spins, never longer than the library call: by kernel time
+alone its own work is nearly as large as the library's (a spin much longer than the library call
+is own GPU time, but then the candidate is slower than the library it calls, by the share's limit). Caught on the GPU: own time counts only where no library kernel runs beside
 it. On the CPU the interpreter counts elements, and the spin (a loop over a few elements) is no match
 for the library's sum."""
 
@@ -50,8 +51,9 @@ def kernel_fn(x):
     main = torch.cuda.current_stream()
     side.wait_stream(main)
     flag = torch.zeros(1, dtype=torch.float32, device=x.device)
-    with torch.cuda.stream(side):  # its own kernel, spinning beside the library's for about as long
-        _spin[(1,)](flag, max(1000, x.numel() // 64))
+    with torch.cuda.stream(side):  # its own kernel, spinning beside the library's, a bit shorter:
+        # a round is a few ns, the library reads 2 bytes an element at ~3 TB/s (~0.7 ns)
+        _spin[(1,)](flag, max(64, x.numel() // 32768))
     out = torch.ops.aten.sum.dim_IntList(x, [-1], dtype=acc).to(x.dtype)
     main.wait_stream(side)
     flag.record_stream(side)
