@@ -203,21 +203,27 @@ def record_triton(module_name: str, launches: Launches, bounds_check: bool = Tru
 
 @contextlib.contextmanager
 def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable[[], None] | None = None):
-    """Profile one call of the candidate (the body of the with-statement) into `launches`.
+    """Profile one call of the candidate (the body of the with-statement) into `launches`; yields
+    `ended`, which the body calls as soon as the candidate's call returns.
 
-    The judge's own marker kernels bracket it on the profiler's GPU timeline: a GPU sleep before
-    the call (`lead_us` long on a warm call, so that the call's launches queue behind it and run
-    back to back), and after it, each behind a synchronize of every stream, two short ones: the gap
-    between those two is what the judge's own synchronize and launch take, so the span of the
-    call's work is from the start of the first marker (a side stream of the candidate's runs beside
-    it) to the start of the second less that gap. A marker missing from the record means the
-    profiler's collection was off when it ran: the candidate turned it off and left it so
-    (launches.profile_gap says so). Turned off and on again within the call, the profiler misses
-    the candidate's kernels but not the GPU time they took (share.session_work).
+    The judge's own marker kernels bracket the call on the profiler's GPU timeline: a GPU sleep
+    before it on the judge's stream (`lead_us` long on a warm call, so that the call's launches
+    queue behind it and run back to back); `ended()` queues a short one on the same stream right
+    behind the call's launches, so it starts when the call's work on that stream is done, whatever
+    the host does next; and after the call, each behind a synchronize of every stream, two more.
+    The span of the call's work is from the start of the lead marker (a side stream of the
+    candidate's runs beside it) to the start of the end marker, or to the end of a kernel seen
+    later (work on a side stream). A body that never calls `ended` (the call raised) gets the old
+    estimate: the first closing marker's start less the gap between the two closing markers, which
+    host work of the judge's after the call (a collection, a check) makes too long. A marker
+    missing from the record means the profiler's collection was off when it ran: the candidate
+    turned it off and left it so (launches.profile_gap says so). Turned off and on again within the
+    call, the profiler misses the candidate's kernels but not the GPU time they took
+    (share.session_work). Work on a side stream the call never waits for, hidden from the profiler,
+    lies past the end marker: timing's tail check (work still running after a timed call) rejects it.
 
     `after` (the judge's integrity check) runs once the closing markers have run, before the
-    profiler's own code: host work of the judge's between the call and the markers would count as
-    GPU time no kernel accounts for (on the card, a 1 ms check made an honest starter 99% "library")."""
+    profiler's own code."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -225,27 +231,40 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
 
     cycles = cycles_per_us("cuda")
     gc_was_on = gc.isenabled()
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        torch.cuda.synchronize()
-        gc.disable()  # a collection in the call would leave the GPU idle past the lead (as timing.py)
-        try:
-            torch.cuda._sleep(int((lead_us or 0.0) * cycles) + MARK_CYCLES)
-            yield launches
-        finally:
-            if gc_was_on:
-                gc.enable()
-        for _ in range(2):
+    marked: list[bool] = []
+    # No cyclic garbage collection from the lead to the last marker (as timing.py): one in the call
+    # leaves the GPU idle past the lead.
+    try:
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             torch.cuda.synchronize()
-            torch.cuda._sleep(MARK_CYCLES)
-        torch.cuda.synchronize()
-        if after is not None:
-            after()
+            gc.disable()
+            judges = torch.cuda.current_stream()
+            sleep, on_stream = torch.cuda._sleep, torch.cuda.stream
+
+            def ended() -> None:
+                if not marked:
+                    with on_stream(judges):  # the candidate may have left another stream current
+                        sleep(MARK_CYCLES)
+                    marked.append(True)
+
+            sleep(int((lead_us or 0.0) * cycles) + MARK_CYCLES)
+            yield ended
+            for _ in range(2):
+                torch.cuda.synchronize()
+                sleep(MARK_CYCLES)
+            torch.cuda.synchronize()
+            if after is not None:
+                gc.collect(0)  # finalizers of what the call left (young), seen by the check
+                after()
+    finally:
+        if gc_was_on:
+            gc.enable()
     kernels = []
     for evt in prof.events():
         dev = str(getattr(evt, "device_type", ""))
         if dev.endswith("CUDA") and evt.name:
             kernels.append((evt.name, float(evt.time_range.start), float(evt.time_range.end)))
-    session = call_session(kernels, lead_us is not None)
+    session = call_session(kernels, lead_us is not None, ended=bool(marked))
     if session is None:
         launches.profile_gap = ("the judge's own marker kernels around its call are missing from the profiler's "
                                 "record: its collection was turned off during the call")
@@ -256,24 +275,32 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
             launches.gpu_kernels.append(name)
 
 
-def call_session(kernels: list[tuple[str, float, float]], warm: bool) -> GpuSession | None:
+def call_session(kernels: list[tuple[str, float, float]], warm: bool, ended: bool = False) -> GpuSession | None:
     """The profiled call in the profiler's GPU timeline (name, start, end of every kernel), between
-    the judge's markers (record_gpu), or None when a marker is missing."""
+    the judge's markers (record_gpu; `ended`: with the end marker queued behind the call), or None
+    when a marker is missing."""
     kernels = sorted(kernels, key=lambda k: k[1])
     # the judge's own work queued before the profile (inputs made, a refill) ran before the lead
     # marker, which waited for it: the record of the call starts at that marker
     opening = next((i for i, k in enumerate(kernels) if MARKER in k[0]), len(kernels))
     kernels = kernels[opening:]
     marks = [k for k in kernels if MARKER in k[0]]
-    if len(marks) < 3 or kernels[-1] is not marks[-1]:
+    if len(marks) < (4 if ended else 3) or kernels[-1] is not marks[-1]:
         return None
     first, close, last = marks[0], marks[-2], marks[-1]
-    wake = max(0.0, last[1] - close[2])
     ours = {id(first), id(close), id(last)}
+    if ended:
+        # the last marker before the closing ones: a kernel of the candidate's named like a marker
+        # that runs after the judge's end marker only moves the end later (more time to account for)
+        stop = marks[-3]
+        ours.add(id(stop))
+        base = stop[1]
+    else:
+        # estimated by the gap between the closing markers
+        base = close[1] - max(0.0, last[1] - close[2])
     work = [k for k in kernels if id(k) not in ours]
-    # the gap after the call is estimated by the one between the closing markers; a kernel seen
-    # ending later than that estimate is still the call's (a faster synchronize return), never cut
-    end = max([first[2], close[1] - wake] + [e for _n, s, e in work if s < close[1]])
+    # a kernel seen ending later than the base is still the call's (a side stream), never cut
+    end = max([first[2], base] + [e for _n, s, e in work if s < close[1]])
     return GpuSession(work, (first[1], min(end, close[1])), warm, [(first[1], first[2])])
 
 

@@ -59,9 +59,9 @@ class StageContext:
                 from autokernel.bench.launches import record_gpu
 
                 self.profile_next = False
-                with record_gpu(self.launches):  # cold (its first call compiles): no lead sleep
+                with record_gpu(self.launches) as ended:  # cold (its first call compiles): no lead sleep
                     out = fn(*args)
-                    torch.cuda.synchronize()
+                    ended()
                 return out
             if self.device.startswith("cuda"):
                 return fn(*args)

@@ -139,9 +139,9 @@ def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: f
         launches = Launches()
         refill(-2)
         # the integrity check runs after the closing markers, before the profiler's record is read
-        with record_gpu(launches, lead_us=lead, after=ctx.verify):
+        with record_gpu(launches, lead_us=lead, after=ctx.verify) as ended:
             fn(*refill.args)
-            torch.cuda.synchronize()
+            ended()
         reason = cheat_reason(launches, spec.library_kernel_patterns, True) or \
             library_reason(launches, spec.library_kernel_patterns, True)
         if reason is None and median_us is not None and launches.gpu_sessions:

@@ -171,8 +171,9 @@ class Trial:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.spy)
             stack.enter_context(record_triton(self.mod_name, self.launches))
+            ended = None
             if self.cuda and self.profile:
-                stack.enter_context(record_gpu(self.launches, lead_us=self.lead_us))
+                ended = stack.enter_context(record_gpu(self.launches, lead_us=self.lead_us))
             elif not self.cuda:
                 stack.enter_context(TorchWork(self.launches.meter))
             stack.enter_context(poisoned_empty())
@@ -180,6 +181,8 @@ class Trial:
             t0 = time.perf_counter()
             with self.guard:
                 out = new(*args)
+                if ended is not None:
+                    ended()  # the end marker, queued right behind the call's launches
             self.host_us = (time.perf_counter() - t0) * 1e6
             require_plain(out)  # before the judge touches it: a subclass runs its own code in the checks
             if self.cuda:
