@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-
 from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
 from autokernel.bench.baselines import by_shape
