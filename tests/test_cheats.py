@@ -44,6 +44,10 @@ BENCH = {
     "mode_left_active": (CHEAT, "dispatch modes"),
     "subclass_output": (INCORRECT, "subclass of torch.Tensor"),
     "finalizer_patch": (CHEAT, "make_inputs"),
+    "watched_side_stream": (CHEAT, "library/torch ops did"),
+}
+BENCH_GPU = {  # where the GPU names a cheat by other evidence than the CPU
+    "watched_side_stream": (CHEAT, "when the profiler watches"),
 }
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
@@ -207,7 +211,8 @@ def test_timed_calls_see_new_values_in_the_same_memory():
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(BENCH))
 def test_bench_rejects_the_planted_cheat_on_gpu(worker, name):
-    _rejected(worker.judge(CHEATS / "bench" / f"{name}.py", timeout_s=300), BENCH[name], name, gpu=True)
+    _rejected(worker.judge(CHEATS / "bench" / f"{name}.py", timeout_s=300), BENCH_GPU.get(name, BENCH[name]), name,
+              gpu=True)
 
 
 @pytest.mark.gpu
