@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The GPU tests in groups, one pytest per file, each in a time box, within one device call.
 #
-#   bash scripts/gpu_tests.sh judge loop          # groups in the order given
+#   bash scripts/gpu_tests.sh judge_rest loop     # groups in the order given
 #   BUDGET_S=540 FILE_S=150 bash scripts/gpu_tests.sh judge
 #
-# Groups: judge (the anti-cheat cost first, the planted cheats, timing, KB judge, baselines, sandbox),
+# Groups: judge (the profiled call's guards, the anti-cheat cost, the planted cheats: ~9 minutes on the
+# H100), judge_rest (timing, refill, the KB judge, baselines, the isolated verify, the sandbox),
 # loop (the screen and a short loop), kernels (every kernel type's GPU tests), kb (the generated
 # KernelBench starts), apply (custom ops under torch.compile, the launcher). A file's box is FILE_S
 # seconds (default 150), cut short by what is left of BUDGET_S (default 560) for the whole call: a
 # device call has a hard limit, and whatever ran must come back with its reasons. Logs go to $OUT
 # (default ./out). An item FILE@S gets a box of S seconds instead; FILE%all runs all of the file's
-# tests, not only those marked gpu (the sandbox's, which must hold on the GPU machine too). One log per file, summary.txt (one line per file), failures.txt (each failure's
+# tests, not only those marked gpu (the sandbox's, which must hold on the GPU machine too). One log
+# per file, listing its tests one a line (a cut run still shows what passed), summary.txt (one line
+# per file), failures.txt (each failure's
 # report as it happens, through tests/conftest.py), gpu.txt (the card and versions).
 # Needs the wheels (scripts/gpu.sh); run on the GPU machine from the repo root. PYTEST overrides how
 # pytest is started (default `bash scripts/gpu.sh pytest`; in a set-up venv, `python -m pytest`).
@@ -25,9 +28,10 @@ export AUTOKERNEL_TEST_FAILURES="$OUT/failures.txt"
 T0=$SECONDS
 
 declare -A SETS=(
-  [judge]="tests/test_cheats.py::anticheat tests/test_cheats.py@330 tests/test_bench_timing.py tests/test_refill.py
-           tests/test_kb.py tests/test_kb_baselines.py tests/test_bench_baselines.py tests/test_bench_gpu.py
-           tests/test_verify_isolated.py tests/test_sandbox.py%all"
+  [judge]="tests/test_judge_guards.py@90 tests/test_cheats.py::anticheat tests/test_cheats.py@480"
+  [judge_rest]="tests/test_bench_timing.py tests/test_refill.py tests/test_kb.py tests/test_kb_baselines.py
+                tests/test_bench_baselines.py tests/test_bench_gpu.py tests/test_verify_isolated.py
+                tests/test_sandbox.py%all"
   [loop]="tests/test_screening_gpu.py@300 tests/test_pool.py"
   [kernels]="$(ls tests/test_kernels_*.py 2>/dev/null | tr '\n' ' ')"
   [kb]="tests/test_kb_ops_gpu.py"
@@ -77,7 +81,7 @@ for g in "$@"; do
     name="$(basename "$file" .py)${item#"$file"}"
     name="${name//::/-}"
     started=$SECONDS
-    timeout "$box" "${PYTEST[@]}" -q -p no:cacheprovider "${marker[@]}" -rfE --tb=short \
+    timeout "$box" "${PYTEST[@]}" -v -p no:cacheprovider "${marker[@]}" -rfE --tb=short \
       --timeout="$box" "${select[@]}" "$file" > "$OUT/$name.log" 2>&1
     rc=$?
     last="$(grep -E '(passed|failed|error|skipped|deselected|no tests ran)' "$OUT/$name.log" | tail -1)"
