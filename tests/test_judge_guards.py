@@ -462,6 +462,9 @@ def test_a_profiled_call_must_do_the_work_the_timed_calls_did():
     # (KB slack: 2x and 100 us, so the floor is median / 4 - 100 us)
     assert watched_reason(Launches(gpu_sessions=[session]), 4000.0) is None  # 901 us >= 900 us
     assert "when the profiler watches" in watched_reason(Launches(gpu_sessions=[session]), 4100.0)
+    # ... only where the timed calls were GPU-bound: a host-bound model's median is its host's time
+    assert "when the profiler watches" in watched_reason(Launches(gpu_sessions=[session]), 4100.0, host_us=2050.0)
+    assert watched_reason(Launches(gpu_sessions=[session]), 4100.0, host_us=2100.0) is None
     cold = _session([("_own_slow", 1.0, 900.0)], warm=False, span=(0.0, 901.0), marks=[(0.0, 1.0)])
     assert watched_reason(Launches(gpu_sessions=[cold]), 120.0) is None  # a cold call compiles: not compared
 

@@ -216,14 +216,19 @@ class Trial:
 WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US = 2.0, 100.0, 2.0
 
 
-def watched_reason(launches, median_us: float | None) -> str | None:
-    """launches.watched_reason of the warm profiled trial (a cold one compiles: not compared)."""
+def watched_reason(launches, median_us: float | None, host_us: float = 0.0) -> str | None:
+    """launches.watched_reason of the warm profiled trial (a cold one compiles: not compared). The
+    floor (far less work watched than timed) only where the timed calls were GPU-bound (median at
+    least twice the host's time per call): KernelBench's timing brackets the call with events, so a
+    host-bound model's median is its host's launch path, and its warm profiled trial, queued behind
+    the lead sleep, is rightly far shorter."""
     from autokernel.bench.launches import watched_reason as watched
 
     warm = [s for s in launches.gpu_sessions if s.warm]
     if median_us is None or not warm:
         return None
-    return watched(warm[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US)
+    return watched(warm[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US,
+                   floor=median_us >= 2.0 * host_us)
 
 
 def judge_kb(req: dict, notify=lambda m: None) -> dict:
@@ -397,7 +402,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             changed = check()
             if why or changed:
                 return cheat(f"timing: {why or f'the candidate modified the judge itself ({changed})'}")
-            why = watched_reason(launches, res.latency_us if res.gpu_timing else None)
+            why = watched_reason(launches, res.latency_us if res.gpu_timing else None, host_us)
             if why:
                 return cheat(f"timing: {why}")
     except BaseException as exc:
