@@ -64,7 +64,9 @@ KB = {
     "calls_model": ("cheat", "runs the code of the problem's Model.forward"),
     "super_forward": ("cheat", "runs the code of the problem's Model.forward"),
     "subclass_judge_model": ("cheat", "subclasses the problem's own Model class"),
+    "watched_side_stream": ("cheat", "library/torch ops did"),
 }
+KB_GPU = {"watched_side_stream": ("cheat", "when the profiler watches")}
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +282,7 @@ def test_kb_judge_rejects_the_planted_cheat_on_gpu(kb_worker, relu_problem_gpu, 
         assert res.outcome == "cheat" and ("side streams" in res.error or "timed is wrong" in res.error), res.error
         _one_line(res.error)
         return
-    _rejected(res, KB[name], name, gpu=True)
+    _rejected(res, KB_GPU.get(name, KB[name]), name, gpu=True)
 
 
 @pytest.mark.gpu

@@ -308,7 +308,7 @@ WATCHED = "it does other work when the profiler watches than when it is timed"
 
 
 def watched_reason(session: GpuSession, median_us: float, slack: float, slack_us: float,
-                   per_kernel_us: float = 0.0, floor: bool = True) -> str | None:
+                   per_kernel_us: float = 0.0, floor_us: float | None = None) -> str | None:
     """A candidate can tell a profiled call from a timed one (the profiler is on, and says so) and
     do its own work only while watched: the profiled call's GPU work must be about what the timed
     calls took, within `slack` x `median_us` + `slack_us` + `per_kernel_us` per kernel (its inputs
@@ -316,13 +316,13 @@ def watched_reason(session: GpuSession, median_us: float, slack: float, slack_us
     Nor far less: work put on a side stream the call never waits for, only while watched and with
     the profiler's collection off, lies past the judge's end marker (record_gpu), outside the span
     whose unaccounted time counts as library work; the timed calls, waiting for it, took its time.
-    The floor is `median_us` / (2 x `slack`) - `slack_us` (inputs warm in L2 make an honest
-    profiled call faster than a timed one, whose L2 was flushed); asked only with `floor`, where
-    the timed median is GPU time (not a host's launch path the GPU waited on)."""
+    The floor is `median_us` / (2 x `slack`) - `floor_us` (inputs warm in L2 make an honest
+    profiled call faster than a timed one, whose L2 was flushed), asked only where the caller gives
+    `floor_us`: where the timed median is GPU time, not a host's launch path the GPU waited on."""
     work = session.work_us()
     if work > slack * median_us + slack_us + per_kernel_us * len(session.intervals):
         return f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: {WATCHED}"
-    if floor and work < median_us / (2.0 * slack) - slack_us:
+    if floor_us is not None and work < median_us / (2.0 * slack) - floor_us:
         return f"profiled, its call took {work:.1f} us of GPU work, timed {median_us:.1f} us: {WATCHED}"
     return None
 

@@ -143,7 +143,9 @@ def library_at(ctx, spec, fn, refill: Refill, host_us: float = 0.0, median_us: f
         reason = cheat_reason(launches, spec.library_kernel_patterns, True) or \
             library_reason(launches, spec.library_kernel_patterns, True)
         if reason is None and median_us is not None and launches.gpu_sessions:
-            reason = watched_reason(launches.gpu_sessions[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US)
+            # the timed median is GPU time (timing sleeps for the host's deficit): the floor applies
+            reason = watched_reason(launches.gpu_sessions[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US,
+                                    floor_us=WATCHED_SLACK_US)
         if reason is None or (UNSEEN not in reason and WATCHED not in reason):
             return reason
     return reason

@@ -214,6 +214,9 @@ class Trial:
 
 # looser than the bench's (which profiles twice before it decides): one warm trial, many kernels
 WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US = 2.0, 100.0, 2.0
+# the floor's allowance: a GPU-bound timed median is the call's GPU work plus at most the host's time
+# to its first launch (under half of it), and the profiler only adds, so median / 4 leaves a margin of 2
+WATCHED_FLOOR_US = 20.0
 
 
 def watched_reason(launches, median_us: float | None, host_us: float = 0.0) -> str | None:
@@ -228,7 +231,7 @@ def watched_reason(launches, median_us: float | None, host_us: float = 0.0) -> s
     if median_us is None or not warm:
         return None
     return watched(warm[-1], median_us, WATCHED_SLACK, WATCHED_SLACK_US, WATCHED_PER_KERNEL_US,
-                   floor=median_us >= 2.0 * host_us)
+                   floor_us=WATCHED_FLOOR_US if median_us >= 2.0 * host_us else None)
 
 
 def judge_kb(req: dict, notify=lambda m: None) -> dict:
@@ -301,7 +304,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
         max_abs = max_rel = 0.0
         degenerate = out_dtype = None
         sizes: list[int] = []
-        host_us = 0.0  # the slowest host time of a trial's call so far (after the first, which compiles)
+        host_us = 0.0  # the slowest host time of an unprofiled trial's call (not the first, which compiles)
         if req.get("gpu_compile") and not cuda:  # the interpreter runs what the GPU compiler may reject
             recording = record_launches()
             recording.__enter__()
@@ -329,7 +332,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
                 return (trial_inputs.made(s) for s in range(n))
             try:
                 out = watch.call(new, args)
-                if trial > 0:
+                if trial > 0 and not watch.profile:  # the timed calls' host time (the profiler's adds)
                     host_us = max(host_us, watch.host_us)
                 if trial == 0:
                     res.launched_kernels = [short_name(n) for n in launches.names()][:20]
