@@ -488,8 +488,7 @@ def test_a_host_heavy_honest_call_is_its_own_work_when_profiled_on_gpu():
 
     from autokernel.bench import timing
     from autokernel.bench.across_calls import Refill
-    from autokernel.bench.launches import Launches, is_foreign, record_gpu
-    from autokernel.bench.share import gpu_share
+    from autokernel.bench.launches import Launches, library_share, record_gpu
     from autokernel.bench.time_candidate import library_at
     from autokernel.kernelfile import entry_point, import_kernel, read_kernel_file
     from autokernel.kernels import get_spec, starter_path
@@ -510,7 +509,7 @@ def test_a_host_heavy_honest_call_is_its_own_work_when_profiled_on_gpu():
         fn(*refill.args)
         ended()
     session = launches.gpu_sessions[-1]
-    share, what = gpu_share([session], lambda n: is_foreign(n, spec.library_kernel_patterns))
+    share, what = library_share(launches, spec.library_kernel_patterns, on_gpu=True)
     assert share <= 0.5, (share, what, session.span, session.marks, session.intervals)
     for _ in range(3):
         assert library_at(SimpleNamespace(verify=lambda: None), spec, fn, refill, t["host_rep_us"], t["median_us"]) is None
