@@ -213,9 +213,10 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
     the host does next; and after the call, each behind a synchronize of every stream, two more.
     The span of the call's work is from the start of the lead marker (a side stream of the
     candidate's runs beside it) to the start of the end marker, or to the end of a kernel seen
-    later (work on a side stream). A body that never calls `ended` (the call raised) gets the old
-    estimate: the first closing marker's start less the gap between the two closing markers, which
-    host work of the judge's after the call (a collection, a check) makes too long. A marker
+    later (work on a side stream). A body that never calls `ended` gets the old estimate (every
+    caller calls it; a call that raises leaves no session): the first closing marker's start less
+    the gap between the two closing markers, which host work of the judge's after the call (a
+    collection, a check) makes too long. A marker
     missing from the record means the profiler's collection was off when it ran: the candidate
     turned it off and left it so (launches.profile_gap says so). Turned off and on again within the
     call, the profiler misses the candidate's kernels but not the GPU time they took
