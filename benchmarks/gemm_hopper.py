@@ -79,12 +79,15 @@ CANDIDATES = {
     "persistent 256x128 w8 s3 sub2 flatten": _persistent(256, 128, 8, 3, 2, "flatten"),
     "persistent 128x128 w4 s4 sub1 flatten": _persistent(128, 128, 4, 4, 1, "flatten"),
     "persistent 128x256 w4 s3 warp_specialize": _persistent(128, 256, 4, 3, 1, "warp_specialize"),
-    "persistent 128x128 w4 s4 warp_specialize": _persistent(128, 128, 4, 4, 1, "warp_specialize"),
-    # the ninth session's winners with another L2 grouping, and 128-deep K steps (fewer barriers per
-    # tile; 3 stages of 128x128x128 fit in shared memory where 128x256x128 does not)
+    # the ninth session's winners with another L2 grouping
     "persistent 128x256 w8 s3 sub2 flatten g16": _persistent(128, 256, 8, 3, 2, "flatten", group=16),
-    "persistent 128x128x128 w8 s3 sub1 flatten": _persistent(128, 128, 8, 3, 1, "flatten", bk=128),
-    "persistent 128x128x128 w4 s3 warp_specialize": _persistent(128, 128, 4, 3, 1, "warp_specialize", bk=128),
+    # the non-persistent pointer kernel at the tiles of Inductor's own Hopper GEMM template configs
+    # (torch.compile max-autotune measured 1.05x cuBLAS at these shapes, twelfth session); the
+    # 128x128x128 tiles and the 4-warp 128x128 warp specialization lost at every shape there
+    "pointer 128x256 w8 s4": {"VARIANT": "pointer", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                              "NUM_WARPS": 8, "NUM_STAGES": 4},
+    "pointer 128x128 w8 s5": {"VARIANT": "pointer", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                              "NUM_WARPS": 8, "NUM_STAGES": 5},
     "tma 128x256 w8 s3": {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
                           "NUM_WARPS": 8, "NUM_STAGES": 3},
 }
@@ -183,8 +186,8 @@ class Progress:
     def get(self, section: str, shape: str, name: str) -> dict | None:
         return self.rows.get((section, shape, name))
 
-    def add(self, section: str, shape: str, name: str, ms: float | None, error: str | None = None) -> dict:
-        row = {"section": section, "shape": shape, "name": name, "ms": ms, "error": error}
+    def add(self, section: str, shape: str, name: str, ms: float | None, error: str | None = None, **more) -> dict:
+        row = {"section": section, "shape": shape, "name": name, "ms": ms, "error": error, **more}
         self.rows[(section, shape, name)] = row
         if self.path is not None:
             with self.path.open("a") as f:
@@ -316,35 +319,82 @@ def fp32_section(args, progress, clock, timer, device, cache) -> None:
                        lambda mod: mod.kernel_fn(a, b), lambda o: check(o, ref))
 
 
+class AutotuneLog:
+    """A copy of what Inductor's max-autotune writes to stderr: per tuned op an `AUTOTUNE op(sizes)`
+    line, then its fastest choices, best first (name, ms, % of the best, the template's config)."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, []
+
+    def write(self, data):
+        self.text.append(data)
+        return self.stream.write(data)
+
+    def flush(self):
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def take(self) -> str:
+        text, self.text = "".join(self.text), []
+        return text
+
+
+def autotune_picks(text: str, top: int = 3) -> list[str]:
+    """Per `AUTOTUNE` block of Inductor's stderr: its op and its `top` fastest choices, one line each
+    (\"mm(2048x4096, 4096x4096): triton_mm_12 0.0850 ms 100.0% BLOCK_M=128, ...; mm 0.0900 ms 94.4%\")."""
+    picks, block, choices = [], None, []
+    for line in text.splitlines() + ["AUTOTUNE end"]:
+        if line.startswith("AUTOTUNE "):
+            if block is not None:
+                picks.append(f"{block}: " + "; ".join(choices[:top]))
+            block, choices = line[len("AUTOTUNE "):].strip(), []
+        elif block is not None and line.startswith("  ") and " ms " in line:
+            choices.append(" ".join(line.split())[:300])
+    return picks
+
+
 def compile_worker(names: list[str]) -> None:
     """In its own process: torch.compile(max-autotune-no-cudagraphs) of the MLP and each GEMM,
-    one JSON line per result, so a kill at the deadline keeps what was done."""
+    one JSON line per result, so a kill at the deadline keeps what was done. Each is timed next to
+    its library path in this same process (cuBLAS; for the MLP, cuBLAS + compiled silu*mul), so its
+    x library is one process's clock, not two; Inductor's fastest choices per tuned op go with it."""
     import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    log = AutotuneLog(sys.stderr)
+    sys.stderr = log
     for name in names:
         t0 = time.monotonic()
+        section, shape = _compile_key(name)
         try:
+            log.take()
             if name == "mlp":
                 spec = get_spec("fused_mlp")
                 args = spec.make_inputs(MLP_SHAPE, torch.bfloat16, "cuda", torch.Generator("cuda").manual_seed(0))
                 fn = torch.compile(lambda x, wg, wu, wd: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd),
                                    mode="max-autotune-no-cudagraphs")
-                section, shape = "mlp", spec.shape_label(MLP_SHAPE)
+                silu_mul = torch.compile(lambda g, u: F.silu(g) * u)
+                library = (lambda x, wg, wu, wd: F.linear(silu_mul(F.linear(x, wg), F.linear(x, wu)), wd))
             else:
                 m, n, k = (int(v) for v in name.split("x"))
                 args = get_spec("matmul").make_inputs({"M": m, "N": n, "K": k}, torch.bfloat16, "cuda",
                                                       torch.Generator("cuda").manual_seed(0))
                 fn = torch.compile(lambda a, b: a @ b, mode="max-autotune-no-cudagraphs")
-                section, shape = "gemm", name
+                library = torch.matmul
             fn(*args)
+            library(*args)
             torch.cuda.synchronize()
+            picks = autotune_picks(log.take())
+            lib_ms = gpu_time(lambda: library(*args))
             ms = gpu_time(lambda: fn(*args))
-            row = {"section": section, "shape": shape, "ms": ms, "compile_s": round(time.monotonic() - t0, 1)}
+            rows = [{"section": section, "shape": shape, "name": "torch.compile", "ms": ms, "library_ms": lib_ms,
+                     "picks": picks, "compile_s": round(time.monotonic() - t0, 1)}]
         except Exception as exc:
-            section, shape = _compile_key(name)
-            row = {"section": section, "shape": shape, "ms": None, "error": _short(exc)}
-        print("RESULT " + json.dumps(row), flush=True)
+            rows = [{"section": section, "shape": shape, "name": "torch.compile", "ms": None, "error": _short(exc)}]
+        for row in rows:
+            print("RESULT " + json.dumps(row), flush=True)
         torch._dynamo.reset()
         torch.cuda.empty_cache()
 
@@ -368,7 +418,8 @@ def compile_section(progress, clock, names: list[str]) -> list[str]:
         for line in proc.stdout:
             if line.startswith("RESULT "):
                 row = json.loads(line[len("RESULT "):])
-                progress.add(row["section"], row["shape"], "torch.compile", row["ms"], row.get("error"))
+                more = {key: row[key] for key in ("library_ms", "picks") if key in row}
+                progress.add(row["section"], row["shape"], "torch.compile", row["ms"], row.get("error"), **more)
                 print(f"  compile {row}", flush=True)
 
     reader = threading.Thread(target=read, daemon=True)
@@ -422,37 +473,52 @@ def table_entries(best: dict[str, tuple[str, float]]) -> dict[str, dict]:
 def report(progress: Progress, env: str, shapes, skipped: list[str], small: bool) -> str:
     lines = [f"### GEMM-class kernels on Hopper ({env})", "",
              "do_bench medians (L2 flushed between repetitions), ms (TFLOP/s); x = cuBLAS time / time. "
-             "`starter`: the matmul starter as committed.", ""]
+             "`starter`: the matmul starter as committed. torch.compile's x is against cuBLAS timed in its own "
+             "process, next to it (a column of its own).", ""]
     best = choose(progress, shapes)
-    lines += ["| shape (MxNxK) | cuBLAS | starter | x | best candidate | best | x | torch.compile | x |",
-              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
-    sums = {"cublas": 0.0, "best": 0.0, "starter": 0.0, "compile": 0.0}
+    lines += ["| shape (MxNxK) | cuBLAS | starter | x | best candidate | best | x | torch.compile | its cuBLAS | x |",
+              "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    sums = {"cublas": 0.0, "best": 0.0, "starter": 0.0, "compile": 0.0, "compile_cublas": 0.0}
+    picks = []
     complete = {"best": True, "starter": True, "compile": True}
     for m, n, k in shapes:
         shape = label(m, n, k)
         flops = 2.0 * m * n * k
         cub = (progress.get("gemm", shape, "cuBLAS") or {}).get("ms")
         st = (progress.get("gemm", shape, "starter") or {}).get("ms")
-        comp = (progress.get("gemm", shape, "torch.compile") or {}).get("ms")
+        comp_row = progress.get("gemm", shape, "torch.compile") or {}
+        comp, comp_lib = comp_row.get("ms"), comp_row.get("library_ms")
+        if comp_row.get("picks"):
+            picks.append(f"- {shape}: " + " / ".join(comp_row["picks"]))
         name, bms = best.get(shape, ("-", None))
 
-        def x(v):
-            return f"{cub / v:.3f}" if cub and v else "-"
+        def x(v, base=cub):
+            return f"{base / v:.3f}" if base and v else "-"
 
         lines.append(f"| {shape} | {_fmt(cub, flops)} | {_fmt(st, flops)} | {x(st)} | {name} | {_fmt(bms, flops)} | "
-                     f"{x(bms)} | {_fmt(comp, flops)} | {x(comp)} |")
+                     f"{x(bms)} | {_fmt(comp, flops)} | {_fmt(comp_lib, flops)} | {x(comp, comp_lib)} |")
         if (m, n, k) in LLAMA and cub:
             sums["cublas"] += cub
-            for key, v in (("best", bms), ("starter", st), ("compile", comp)):
+            for key, v in (("best", bms), ("starter", st)):
                 if v:
                     sums[key] += v
                 else:
                     complete[key] = False
+            if comp and comp_lib:
+                sums["compile"] += comp
+                sums["compile_cublas"] += comp_lib
+            else:
+                complete["compile"] = False
     if sums["cublas"] and not small:
-        parts = [f"{key} {sums['cublas'] / sums[key]:.3f}x" for key in ("best", "starter", "compile")
+        parts = [f"{key} {sums['cublas'] / sums[key]:.3f}x" for key in ("best", "starter")
                  if sums[key] and complete[key]]
+        if sums["compile"] and complete["compile"]:
+            parts.append(f"compile {sums['compile_cublas'] / sums['compile']:.3f}x (against its own process's cuBLAS)")
         lines += ["", f"Time-weighted over the LLaMA-7B shapes (sum of cuBLAS times / sum of times): "
                       f"{', '.join(parts) or '-'}."]
+    if picks:
+        lines += ["", "What torch.compile's max-autotune picked (its fastest choices per tuned op, best first):", ""]
+        lines += picks
     # the whole sweep: x cuBLAS per candidate and shape, or why it has no time
     lines += ["", "Sweep (x cuBLAS; `err`/`wrong` rows list the reason below):", "",
               "| candidate | " + " | ".join(label(*s) for s in shapes) + " |",
@@ -478,6 +544,7 @@ def report(progress: Progress, env: str, shapes, skipped: list[str], small: bool
         if not rows:
             continue
         base = next((r["ms"] for r in rows if r["name"].startswith("cuBLAS")), None)
+        notes_mlp = []
         comp = next((r["ms"] for r in rows if r["name"] == "torch.compile"), None)
         lines += ["", f"{title} at {rows[0]['shape']}:", "", "| implementation | ms | x cuBLAS-based | x torch.compile |",
                   "|---|---:|---:|---:|"]
@@ -485,6 +552,14 @@ def report(progress: Progress, env: str, shapes, skipped: list[str], small: bool
             ms = r["ms"]
             lines.append(f"| {r['name']} | {'%.4f' % ms if ms else r['error']} | "
                          f"{'%.3f' % (base / ms) if base and ms else '-'} | {'%.3f' % (comp / ms) if comp and ms else '-'} |")
+            if r.get("library_ms"):  # the library path timed in the compile process: x compile on one clock
+                lib = r["library_ms"]
+                lines.append(f"| the library path, timed in torch.compile's process | {lib:.4f} | - | "
+                             f"{'%.3f' % (ms / lib) if ms else '-'} |")
+            for pick in r.get("picks") or []:
+                notes_mlp.append(f"- {pick}")
+        if notes_mlp:
+            lines += ["", "torch.compile's picks:", ""] + notes_mlp
     if skipped:
         lines += ["", f"Not reached before the deadline: torch.compile of {', '.join(skipped)}."]
     return "\n".join(lines) + "\n"

@@ -208,7 +208,7 @@ def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the benchmark compiles them for real")
 def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
-    """Each persistent candidate of benchmarks/gemm_hopper.py (bf16 matmul, fp32 matmul, fused MLP),
+    """Each persistent and pointer candidate of benchmarks/gemm_hopper.py (bf16 matmul, fp32 matmul, fused MLP),
     launched under the interpreter with its launches recorded, then compiled by Triton for sm_90a
     and assembled by ptxas in a fresh process: so the GPU run spends no time on one that cannot
     build. Each must fit Hopper's shared memory without spills, use wgmma (16-bit) and TMA loads and
@@ -230,11 +230,14 @@ def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
             for rec in launches:
                 if "persistent" in rec.name:
                     jobs.append(job(label, rec, programs=132))  # the H200's SMs
-    assert len(jobs) == 12 + 2 + 5
+                elif label.startswith("pointer") and rec.name == "_matmul_tile_kernel":
+                    jobs.append(job(label, rec))
+    assert len(jobs) == 9 + 2 + 2 + 5
     results = compile_sm90(jobs, tmp_path)
     for r in results:
         assert "error" not in r and r["ok"], r
-        assert r["smem"] <= 227 * 1024 and r["tma_load"] > 0 and r["tma_store"] > 0, r
+        pointer = r["label"].startswith("pointer")
+        assert r["smem"] <= 227 * 1024 and (pointer or (r["tma_load"] > 0 and r["tma_store"] > 0)), r
         fp32 = "ieee" in r["label"]
         # Triton 3.9 spills ~800 bytes in the fp32 FMA product fed from TMA tiles; 3.6 (the H200's) none
         assert r["spill"] == 0 or (fp32 and not triton.__version__.startswith("3.6")), r
@@ -329,6 +332,64 @@ def test_compile_worker_results_reach_the_progress_file(tmp_path):
     assert [(r["section"], r["shape"], r["name"]) for r in rows] == [
         ("mlp", "2048x4096x11008", "torch.compile"), ("gemm", "64x64x64", "torch.compile")]
     assert all(r["ms"] is None and r["error"] for r in rows)
+
+
+# Inductor's max-autotune report on stderr, in the layout select_algorithm writes it (torch 2.11-2.13)
+AUTOTUNE_TEXT = """\
+some other line
+AUTOTUNE mm(2048x4096, 4096x4096)
+strides: [4096, 1], [1, 4096]
+dtypes: torch.bfloat16, torch.bfloat16
+  triton_mm_20 0.0850 ms 100.0% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=64, BLOCK_M=128, BLOCK_N=256, EVEN_K=True, GROUP_M=8, num_stages=4, num_warps=8
+  mm 0.0900 ms 94.4% 
+  triton_mm_16 0.0950 ms 89.5% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=64, BLOCK_M=128, BLOCK_N=128, EVEN_K=True, GROUP_M=8, num_stages=5, num_warps=8
+  triton_mm_3 0.1200 ms 70.8% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=32, BLOCK_M=64, BLOCK_N=64, EVEN_K=True, GROUP_M=8, num_stages=2, num_warps=4
+SingleProcess AUTOTUNE benchmarking takes 1.2000 seconds and 3.4000 seconds precompiling for 21 choices
+AUTOTUNE mm(2048x4096, 4096x11008)
+strides: [4096, 1], [1, 4096]
+dtypes: torch.bfloat16, torch.bfloat16
+  mm 0.2600 ms 100.0% 
+"""
+
+
+def test_autotune_picks_reads_inductors_fastest_choices_best_first():
+    bench = _bench()
+    picks = bench.autotune_picks(AUTOTUNE_TEXT)
+    assert len(picks) == 2
+    first, second = picks
+    assert first.startswith("mm(2048x4096, 4096x4096): triton_mm_20 0.0850 ms 100.0% ACC_TYPE=")
+    assert "BLOCK_N=256" in first and "num_stages=4" in first
+    assert first.count("; ") == 2 and "triton_mm_3" not in first  # the top three only
+    assert "; mm 0.0900 ms 94.4%; triton_mm_16" in first
+    assert second == "mm(2048x4096, 4096x11008): mm 0.2600 ms 100.0%"
+    assert bench.autotune_picks("no autotuning here\n") == []
+
+    import io
+
+    log = bench.AutotuneLog(io.StringIO())  # what the compile worker puts in place of sys.stderr
+    log.write(AUTOTUNE_TEXT)
+    assert log.stream.getvalue() == AUTOTUNE_TEXT and log.take() == AUTOTUNE_TEXT and log.take() == ""
+
+
+def test_report_puts_torch_compile_against_cublas_of_its_own_process(tmp_path):
+    """The compile worker times cuBLAS next to the compiled GEMM: torch.compile's x cuBLAS is one
+    process's clock (the main process's cuBLAS may have run at another clock minutes earlier)."""
+    bench = _bench()
+    progress = bench.Progress(tmp_path / "p.jsonl")
+    for m, n, k in bench.LLAMA:
+        shape = bench.label(m, n, k)
+        progress.add("gemm", shape, "cuBLAS", 1.0)
+        progress.add("gemm", shape, "starter", 1.25)
+        progress.add("gemm", shape, "torch.compile", 0.8, library_ms=0.84, picks=[f"mm({shape}): triton_mm_1 0.8 ms"])
+    progress.add("mlp", "2048x4096x11008", "cuBLAS + compiled silu*mul", 2.0)
+    progress.add("mlp", "2048x4096x11008", "torch.compile", 1.6, library_ms=1.8, picks=["mm(a): mm 0.5 ms 100.0%"])
+    text = bench.report(bench.Progress(tmp_path / "p.jsonl"), "env", bench.LLAMA, [], small=False)
+    row = next(line for line in text.splitlines() if line.startswith("| 2048x4096x4096 |"))
+    assert row.split("|")[-4:-1] == [" 0.8000 (86) ", " 0.8400 (82) ", " 1.050 "]
+    assert "best 1.250x" not in text and "starter 0.800x, compile 1.050x (against its own process's cuBLAS)" in text
+    assert "- 2048x4096x4096: mm(2048x4096x4096): triton_mm_1 0.8 ms" in text
+    assert "| the library path, timed in torch.compile's process | 1.8000 | - | 0.889 |" in text
+    assert "- mm(a): mm 0.5 ms 100.0%" in text
 
 
 def test_apply_refuses_entries_the_starter_cannot_run(tmp_path):
