@@ -12,7 +12,7 @@
 # device call has a hard limit, and whatever ran must come back with its reasons. Logs go to $OUT
 # (default ./out). An item FILE@S gets a box of S seconds instead; FILE%all runs all of the file's
 # tests, not only those marked gpu (the sandbox's, which must hold on the GPU machine too). One log
-# per file, listing its tests one a line (a cut run still shows what passed), summary.txt (one line
+# per file, listing its tests one a line with their times (a cut run still shows what passed), summary.txt (one line
 # per file), failures.txt (each failure's
 # report as it happens, through tests/conftest.py), gpu.txt (the card and versions).
 # Needs the wheels (scripts/gpu.sh); run on the GPU machine from the repo root. PYTEST overrides how
@@ -81,7 +81,8 @@ for g in "$@"; do
     name="$(basename "$file" .py)${item#"$file"}"
     name="${name//::/-}"
     started=$SECONDS
-    timeout "$box" "${PYTEST[@]}" -v -p no:cacheprovider "${marker[@]}" -rfE --tb=short \
+    # times: each test's seconds on its line, so a call cut short still shows where its time went
+    timeout "$box" "${PYTEST[@]}" -v -o console_output_style=times -p no:cacheprovider "${marker[@]}" -rfE --tb=short \
       --timeout="$box" "${select[@]}" "$file" > "$OUT/$name.log" 2>&1
     rc=$?
     last="$(grep -E '(passed|failed|error|skipped|deselected|no tests ran)' "$OUT/$name.log" | tail -1)"
