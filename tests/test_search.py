@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autokernel.kernelfile import parse_source
+from autokernel.kernelfile import parse_source, with_config
 from autokernel.orchestrator import config_key
 from autokernel.proposers import SearchExhausted, make_proposer
 from autokernel.proposers.search import SearchProposer, valid_config_fn
@@ -96,6 +96,79 @@ def test_structural_switches_are_searched_and_named():
             assert "structure VARIANT=" in prop.description
         history.append(_row(prop.config))
     assert variants == {"a", "b", "c"}
+
+
+def _moved(start: dict, cfg: dict) -> list[str]:
+    return [k for k in start if start[k] != cfg[k]]
+
+
+def test_the_first_proposals_are_the_incumbents_ring_then_the_study():
+    """A tuned start's gains are one step away: the first proposals move one tunable each (a
+    number to its neighbour in the list, a structural switch to each other value), structural and
+    numeric moves alternating, never an invalid one; once the ring is tried, TPE samples freely."""
+    source = SOURCE.replace('VARIANT = "a"\n', 'VARIANT = "a"\nSTRUCTURAL = ["VARIANT"]\n')
+    start = parse_source(source).config  # BLOCK 128, NUM_WARPS 4, VARIANT a
+    p = SearchProposer(seed=0)
+    history, props = [_baseline(source)], []
+    for _ in range(8):
+        prop = p.propose(source, None, history)
+        props.append(prop)
+        history.append(_row(prop.config))
+    ring = [prop.config for prop in props[:6]]
+    assert all(prop.description.startswith("ring #") for prop in props[:6])
+    assert all(len(_moved(start, cfg)) == 1 for cfg in ring)
+    assert {config_key(cfg) for cfg in ring} == {config_key(dict(start, **move)) for move in (
+        {"BLOCK": 64}, {"BLOCK": 256}, {"NUM_WARPS": 2}, {"NUM_WARPS": 8}, {"VARIANT": "b"}, {"VARIANT": "c"})}
+    kinds = [_moved(start, cfg)[0] == "VARIANT" for cfg in ring]
+    assert kinds[:4] in ([True, False, True, False], [False, True, False, True])  # alternating while both last
+    assert "structure VARIANT=" in next(p.description for p in props[:6] if p.config["VARIANT"] != "a")
+    assert all(prop.description.startswith(("tpe #", "draw #")) for prop in props[6:])
+
+    # a keep moves the incumbent: the next ring is around the kept configuration (never back to
+    # a configuration judged before); NUM_WARPS 8 at BLOCK 64 is invalid and never proposed
+    kept = with_config(source, {"BLOCK": 64})
+    nxt = p.propose(kept, None, history)
+    assert nxt.description.startswith("ring #")
+    assert _moved(dict(start, BLOCK=64), nxt.config) and len(_moved(dict(start, BLOCK=64), nxt.config)) == 1
+    seen = set()
+    for _ in range(5):
+        prop = p.propose(kept, None, history)
+        if not prop.description.startswith("ring #"):
+            break
+        assert _valid(prop.config) and config_key(prop.config) not in seen
+        seen.add(config_key(prop.config))
+        history.append(_row(prop.config))
+
+
+def test_the_ring_is_closed_after_local_members_and_off_with_zero():
+    p = SearchProposer(seed=0, local=2)
+    history = [_baseline()]
+    descriptions = []
+    for _ in range(4):
+        prop = p.propose(SOURCE, None, history)
+        descriptions.append(prop.description.split(" #")[0])
+        history.append(_row(prop.config))
+    assert descriptions == ["ring", "ring", "tpe", "tpe"]
+    assert not SearchProposer(seed=0, local=0).propose(SOURCE, None, [_baseline()]).description.startswith("ring")
+    # a pool's batch takes ring members first, each once
+    batch = SearchProposer(seed=0).propose(SOURCE, None, [_baseline()], kernel=SimpleNamespace(
+        batch=3, max_candidates=None, dtype="bfloat16", name="softmax", run_id=None))
+    assert [b.description.split(" #")[0] for b in batch] == ["ring"] * 3
+    assert len({config_key(b.config) for b in batch}) == 3
+
+
+def test_ring_members_outside_the_declared_space_are_left_out():
+    from autokernel.proposers.search import ring_of
+
+    space = {"A": [1, 2, 4], "B": ["x", "y"], "C": [16, 32]}
+    ring = ring_of({"A": 2, "B": "x", "C": 48}, space, ["A", "B", "C"], ["B"], seed=1)
+    # C's value is not declared: it is not moved, and no member carrying it can be encoded
+    assert ring == []
+    ring = ring_of({"A": 1, "B": "x", "C": 32}, space, ["A", "B", "C"], ["B"], seed=1)
+    assert sorted(map(str, ring)) == sorted(map(str, [{"A": 2, "B": "x", "C": 32}, {"A": 1, "B": "y", "C": 32},
+                                                      {"A": 1, "B": "x", "C": 16}]))
+    assert ring[0] == {"A": 1, "B": "y", "C": 32}  # the structural move leads
+    assert ring == ring_of({"A": 1, "B": "x", "C": 32}, space, ["A", "B", "C"], ["B"], seed=1)
 
 
 def test_invalid_for_the_device_is_rejected_before_compiling():
