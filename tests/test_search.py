@@ -157,6 +157,24 @@ def test_the_ring_is_closed_after_local_members_and_off_with_zero():
     assert len({config_key(b.config) for b in batch}) == 3
 
 
+def test_a_ring_trial_left_waiting_by_a_killed_process_is_asked_past(tmp_path):
+    """A process killed between enqueuing a ring member and asking for it leaves a waiting trial
+    in the studies file; the next process's ring trial is recorded with its own parameters."""
+    from autokernel.proposers import study as studies
+
+    path = tmp_path / "studies.db"
+    first = SearchProposer(seed=0, study_path=path).propose(SOURCE, None, [_baseline()])
+    names = list(parse_source(SOURCE).config)
+    name = studies.study_name("softmax", "bfloat16", SPACE, names)  # the proposer's study for SOURCE
+    stale = studies.open_study(name, path, 0, 8)
+    stale.enqueue_trial(studies.encode(SPACE, dict(parse_source(SOURCE).config, BLOCK=512), names))
+    p = SearchProposer(seed=0, study_path=path)
+    prop = p.propose(SOURCE, None, [_baseline(), _row(first.config)])
+    assert prop.description.startswith("ring #")
+    trial = next(t for t in studies.open_study(name, path, 0, 8).get_trials() if t.number == p.last_trial)
+    assert studies.decode(SPACE, trial.params) == {n: prop.config[n] for n in names}
+
+
 def test_ring_members_outside_the_declared_space_are_left_out():
     from autokernel.proposers.search import ring_of
 

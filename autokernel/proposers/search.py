@@ -137,9 +137,14 @@ class SearchProposer:
         return next((cfg for cfg, key in members if key not in tried), None)
 
     def _enqueued(self, study, source, kf, space, names, tried, cfg) -> Proposal:
-        """A ring member as the study's next trial (enqueued, so TPE learns its verdict)."""
-        study.enqueue_trial(studies.encode(space, cfg, names), skip_if_exists=False)
+        """A ring member as the study's next trial (enqueued, so TPE learns its verdict). A trial a
+        killed process enqueued and never asked comes out first: it is failed and asked past."""
+        params = studies.encode(space, cfg, names)
+        study.enqueue_trial(params, skip_if_exists=False)
         trial = study.ask(studies.distributions(space, names))
+        while trial.params != params:
+            study.tell(trial, state=studies.optuna_module().trial.TrialState.FAIL)
+            trial = study.ask(studies.distributions(space, names))
         key = config_key(effective(cfg, names))
         trial.set_user_attr("key", key)
         tried.add(key)
