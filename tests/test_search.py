@@ -189,6 +189,21 @@ def test_ring_members_outside_the_declared_space_are_left_out():
     assert ring == ring_of({"A": 1, "B": "x", "C": 32}, space, ["A", "B", "C"], ["B"], seed=1)
 
 
+def test_structural_moves_come_in_the_files_structural_order():
+    """The file's STRUCTURAL order is its author's priority: KernelBench's fp32 GEMM starts list
+    FP32_PRECISION first, so a -k 3 search tries 3xTF32 in its first experiment."""
+    from autokernel.proposers.search import ring_of
+
+    space = {"P": ["ieee", "tf32x3"], "L": ["copy", "as_is"], "V": ["pointer", "persistent"], "K": [16, 32, 64]}
+    start = {"P": "ieee", "L": "copy", "V": "pointer", "K": 32}
+    for seed in range(5):
+        ring = ring_of(start, space, list(space), ["P", "L", "V"], seed=seed)
+        assert [next(n for n in cfg if cfg[n] != start[n]) for cfg in ring[0::2][:3]] == ["P", "L", "V"]
+        assert {cfg["K"] for cfg in ring[1::2]} == {16, 64}
+    ring = ring_of(start, space, list(space), ["V", "P", "L"], seed=0)
+    assert ring[0] == dict(start, V="persistent")
+
+
 def test_invalid_for_the_device_is_rejected_before_compiling():
     """A tiling whose pipelined tiles cannot fit in shared memory (or whose accumulator cannot fit
     in registers) is never proposed: the study is told it is infeasible."""

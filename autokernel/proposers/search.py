@@ -7,7 +7,8 @@ The model is an Optuna study per kernel (autokernel.proposers.study): TPE, rando
 incumbent's ring: the kernel's current best (the source the loop hands over: the start, or what was
 kept last) with one tunable moved one step (a number to the next value in its list, either way; a
 structural switch or any other categorical to each other value), structural and numeric moves
-alternating, in a seeded order. Up to `local` of a ring are tried before the study samples freely;
+alternating (the structural ones in the file's STRUCTURAL order, the numeric ones in a seeded
+order). Up to `local` of a ring are tried before the study samples freely;
 a keep moves the incumbent and opens a new ring. A tuned start's better neighbours are where a short
 run (KernelBench's -k 3, a loop's first minutes) finds its gains; TPE's random start landed far off
 (issue 18: 0 of 15 kept on LLaMA-7B, candidates at 0.12x of the start). Ring trials are enqueued in
@@ -223,9 +224,11 @@ def ring_of(config: dict, space: dict[str, list], names: Sequence[str], structur
             seed: int) -> list[dict]:
     """The incumbent `config` with one tunable of `names` moved one step: an ordered number to its
     neighbours in the declared list, a categorical to each other value. Structural and numeric
-    moves alternate, each kind in a seeded order (the same incumbent, the same ring). Values of the
-    incumbent outside the declared space are moved from nowhere: such a name is left out, and a
-    member the study cannot encode is dropped."""
+    moves alternate: the structural ones in the order the file's STRUCTURAL lists them (its author's
+    word on which switch matters most: matmul's fp32 precision before its B layout), the numeric
+    ones in a seeded order (the same incumbent, the same ring). Values of the incumbent outside the
+    declared space are moved from nowhere: such a name is left out, and a member the study cannot
+    encode is dropped."""
     moves: dict[bool, list[dict]] = {True: [], False: []}
     for n in names:
         values, cur = space[n], config.get(n)
@@ -238,9 +241,9 @@ def ring_of(config: dict, space: dict[str, list], names: Sequence[str], structur
             cfg = {**config, n: v}
             if studies.encode(space, cfg, names) is not None:
                 moves[n in structural].append(cfg)
-    rng = random.Random(seed * 7 + 11)
-    for group in moves.values():
-        rng.shuffle(group)
+    order = {n: i for i, n in enumerate(structural)}
+    moves[True].sort(key=lambda cfg: order[next(n for n in names if cfg[n] != config[n])])  # stable
+    random.Random(seed * 7 + 11).shuffle(moves[False])
     out = []
     for a, b in itertools.zip_longest(moves[True], moves[False]):
         out += [m for m in (a, b) if m is not None]

@@ -162,9 +162,10 @@ SEARCH_SPACE = {
     "PAD_UNALIGNED": ["pad", "as_is"],
 }
 
-# the tunables that switch code paths rather than sizes (the search names them in its descriptions)
-STRUCTURAL = ["VARIANT", "PERSISTENT_LOOP", "TMA_DESC", "SHAPE_CONFIGS", "SPLIT_K", "FP32_PRECISION",
-              "FP32_B_LAYOUT", "FP32_VARIANT", "PAD_UNALIGNED"]
+# the tunables that switch code paths rather than sizes (the search names them in its descriptions,
+# and its ring tries them in this order: the larger levers first, fp32's tensor-core products among them)
+STRUCTURAL = ["VARIANT", "FP32_PRECISION", "FP32_VARIANT", "PERSISTENT_LOOP", "TMA_DESC", "FP32_B_LAYOUT",
+              "SPLIT_K", "SHAPE_CONFIGS", "PAD_UNALIGNED"]
 
 DETERMINISTIC = True  # each output tile is reduced in a fixed K order (split-K partials summed in order)
 
