@@ -46,9 +46,11 @@ BENCH = {
     "finalizer_patch": (CHEAT, "make_inputs"),
     "watched_side_stream": (CHEAT, "library/torch ops did"),
 }
-BENCH_GPU = {  # where the GPU names a cheat by other evidence than the CPU
-    "watched_side_stream": (CHEAT, "when the profiler watches"),
-}
+# Where the GPU names a cheat by other evidence than the CPU (none now). watched_side_stream turns
+# the profiler's collection off for its watched call: on the H100 (eighteenth session) the library
+# share rejected it there, bench and KB alike ("library/torch ops did 100% ... GPU time no kernel the
+# profiler saw accounts for 100%"), before the watched floor was asked.
+BENCH_GPU: dict = {}
 KB = {
     "lib_aten_ops": ("cheat", "library/torch ops did"),
     "lib_tensor_method": ("cheat", "library/torch ops did"),
@@ -66,7 +68,7 @@ KB = {
     "subclass_judge_model": ("cheat", "subclasses the problem's own Model class"),
     "watched_side_stream": ("cheat", "library/torch ops did"),
 }
-KB_GPU = {"watched_side_stream": ("cheat", "when the profiler watches")}
+KB_GPU: dict = {}  # see BENCH_GPU
 
 
 @pytest.fixture(scope="module")
