@@ -1,6 +1,7 @@
 """Cheat, family 2 (KernelBench): the answers computed ahead. The judge's code says which seeds make
-the trials' inputs, so at import it makes them itself, computes their outputs (outside any call, where
-nothing is counted) and keeps them by a fingerprint of a few values; a call that finds its inputs
+the trials' inputs, so at import it makes them itself (the trials' and the first timed calls'),
+computes their outputs (outside any call, where nothing is counted) and keeps them by a fingerprint
+of a few values; a call that finds its inputs
 there copies the answer out, any other returns zeros. Caught: the inputs' seeds are the judge's
 secret, so nothing computed ahead is ever the answer (it returns zeros: incorrect)."""
 
@@ -47,7 +48,9 @@ def _ahead() -> dict:
         return {}
     prob, found = probs[-1], {}
     trials, timed = Inputs(prob, "cpu", DEFAULT_SEED), timing_inputs(prob, "cpu", DEFAULT_SEED)
-    for inputs, seeds in ((trials, range(5)), (timed, range(1200))):
+    # the trials' five and the first timed calls' inputs: at the judge's full size (64M elements)
+    # all 1200 timed ones did not fit in the H100 machine's memory (its worker was killed)
+    for inputs, seeds in ((trials, range(5)), (timed, range(16))):
         for i in seeds:
             x = inputs.made(i)[0]
             found[tuple(x.flatten()[:4].tolist())] = torch.relu(x)
