@@ -389,12 +389,11 @@ def compile_worker(names: list[str]) -> None:
             picks = autotune_picks(log.take())
             lib_ms = gpu_time(lambda: library(*args))
             ms = gpu_time(lambda: fn(*args))
-            rows = [{"section": section, "shape": shape, "name": "torch.compile", "ms": ms, "library_ms": lib_ms,
-                     "picks": picks, "compile_s": round(time.monotonic() - t0, 1)}]
+            row = {"section": section, "shape": shape, "name": "torch.compile", "ms": ms, "library_ms": lib_ms,
+                   "picks": picks, "compile_s": round(time.monotonic() - t0, 1)}
         except Exception as exc:
-            rows = [{"section": section, "shape": shape, "name": "torch.compile", "ms": None, "error": _short(exc)}]
-        for row in rows:
-            print("RESULT " + json.dumps(row), flush=True)
+            row = {"section": section, "shape": shape, "name": "torch.compile", "ms": None, "error": _short(exc)}
+        print("RESULT " + json.dumps(row), flush=True)
         torch._dynamo.reset()
         torch.cuda.empty_cache()
 

@@ -110,11 +110,12 @@ class SearchProposer:
         n = max(1, kernel.batch if kernel is not None else 1)
         if kernel is not None and kernel.max_candidates:
             n = min(n, kernel.max_candidates)
-        ring = ring_of(kf.config, space, names, kf.structural, seed) if self.local > 0 else []
+        ring = self._ring_members(ring_of(kf.config, space, names, kf.structural, seed) if self.local > 0 else [],
+                                  names, valid, dtype)
         out: list[Proposal] = []
         for _ in range(n):
             try:
-                point = self._ring_point(ring, names, tried, valid, dtype)
+                point = self._ring_point(ring, tried)
                 if point is not None:
                     out.append(self._enqueued(study, source, kf, space, names, tried, point))
                     continue
@@ -125,14 +126,16 @@ class SearchProposer:
                 break
         return out[0] if n == 1 else out
 
-    def _ring_point(self, ring, names, tried, valid, dtype) -> Optional[dict]:
+    @staticmethod
+    def _ring_members(ring, names, valid, dtype) -> list[tuple[dict, str]]:
+        """(configuration, key) of the ring members the file and the device accept (the others are
+        never compiled and do not count), checked once per proposal, not once per candidate."""
+        return [(cfg, config_key(effective(cfg, names))) for cfg in ring
+                if valid(cfg) and fits_device(effective(cfg, names), dtype) is None]
+
+    def _ring_point(self, members, tried) -> Optional[dict]:
         """The next untried member of the incumbent's ring while fewer than `local` of it were
-        tried; None once the ring is closed. Members the file or the device rejects are left out
-        (never compiled) and do not count."""
-        members = []
-        for cfg in ring:
-            if valid(cfg) and fits_device(effective(cfg, names), dtype) is None:
-                members.append((cfg, config_key(effective(cfg, names))))
+        tried; None once the ring is closed."""
         if sum(key in tried for _cfg, key in members) >= self.local:
             return None
         return next((cfg for cfg, key in members if key not in tried), None)
