@@ -28,7 +28,7 @@ export AUTOKERNEL_TEST_FAILURES="$OUT/failures.txt"
 T0=$SECONDS
 
 declare -A SETS=(
-  [judge]="tests/test_judge_guards.py@90 tests/test_cheats.py::anticheat tests/test_cheats.py@480"
+  [judge]="tests/test_bench_timing.py@60 tests/test_judge_guards.py@90 tests/test_cheats.py::anticheat tests/test_cheats.py@480"
   [judge_rest]="tests/test_bench_timing.py tests/test_refill.py tests/test_kb.py tests/test_kb_baselines.py
                 tests/test_bench_baselines.py tests/test_bench_gpu.py tests/test_verify_isolated.py
                 tests/test_sandbox.py%all"

@@ -35,6 +35,7 @@ BENCH = {
     "reference_code_swap": (CHEAT, "reference (its code)"),
     "torch_patch": (CHEAT, "torch.Tensor (a new attribute 'sum')"),
     "event_patch": (CHEAT, "torch.cuda.Event"),
+    "median_patch": (CHEAT, "statistics.median"),
     "persistent_buffer": (INCORRECT, "reuses the memory of an output it returned before"),
     "nondeterministic_no_reason": (COMPILE_ERROR, "NONDETERMINISM_REASON"),
     "profiler_toggle": (CHEAT, "library/torch ops did"),
@@ -62,6 +63,7 @@ KB = {
     "stack_peek": ("cheat", "refused: sys._getframe"),
     "reference_rewrite": ("cheat", "modified the judge itself (kb_problem_"),
     "event_patch": ("cheat", "torch.cuda.Event"),
+    "median_patch": ("cheat", "statistics.median"),
     "persistent_buffer": ("incorrect", "reuses the memory of an output it returned before"),
     "calls_model": ("cheat", "runs the code of the problem's Model.forward"),
     "super_forward": ("cheat", "runs the code of the problem's Model.forward"),
@@ -308,6 +310,7 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
     from autokernel.kernelfile import entry_point, import_kernel, read_kernel_file
     from autokernel.kernels import get_spec, starter_path
 
+    REPS = 200  # the judge's floor for a candidate's timing (time_candidate.py)
     spec, path = get_spec("rmsnorm"), starter_path("rmsnorm", "triton")
     shapes = list(spec.default_shapes)
     assert worker.judge(path, shapes=shapes, timeout_s=600).outcome == CORRECT  # compile and baselines
@@ -335,7 +338,7 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
 
         def sampled_run():
             sampled = Sampled(spec_expected(spec, refill))
-            timing.time_call(fn, args, "cuda", refill=refill, on_sample=sampled.take, verify=guard)
+            timing.time_call(fn, args, "cuda", min_reps=REPS, refill=refill, on_sample=sampled.take, verify=guard)
             guard()
             assert sampled.verdict() is None
 
@@ -347,7 +350,7 @@ def test_the_anticheat_adds_under_a_fifth_to_a_judgement_on_gpu(worker):
         reps = {}  # what one repetition costs the host and the GPU, plain and refilled
 
         def timed(name, **more):
-            reps[name] = timing.time_call(fn, args, "cuda", **more)
+            reps[name] = timing.time_call(fn, args, "cuda", min_reps=REPS, **more)
 
         steps = {"plain": lambda: timed("plain"),
                  "refill": lambda: timed("refill", refill=refill),

@@ -7,7 +7,7 @@ function, the function's __code__, its tolerance table), patch a torch function 
 function or dispatch mode, or patch torch.cuda.Event so that timings shrink. A snapshot records,
 by identity, every module-level name of the judge's modules and of the modules the references and
 the timing use (torch, torch.Tensor, torch.nn.functional, torch.cuda and its Event/Stream, nn
-modules' methods, builtins), each function's code, defaults and closure cells, the spec objects'
+modules' methods, builtins, statistics, math, hashlib), each function's code, defaults and closure cells, the spec objects'
 fields with copies of their plain data, torch.library's registered Python kernels, the active
 torch modes, the C functions the GPU timing takes (between_calls.py) and the Python threads no
 installed package started; `changed()` names the first thing that differs.
@@ -33,7 +33,10 @@ from __future__ import annotations
 import builtins
 import copy
 import functools
+import hashlib
+import math
 import operator
+import statistics
 import sys
 import types
 from types import ModuleType
@@ -376,6 +379,10 @@ def judge_snapshot(extra_modules: Iterable[types.ModuleType] = (), specs: Iterab
         snap.module(mod)
     for spec in specs:
         snap.obj(f"spec {spec.name}", spec)
+    # the standard library the judges compute their verdicts with: the median and IQR of the
+    # timings (statistics), the secret offsets and picks (hashlib), the precision's arithmetic
+    for mod in (statistics, math, hashlib):
+        snap.module(mod)
     for label, mod in _torch_parts():
         snap.module(mod, label, deep=False)
     for klass in (torch.Tensor, torch._C.TensorBase, torch.Generator, nn.Module):
