@@ -173,7 +173,8 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
         return stopped(bad, why_left, device_sync, verify)
     # The pilot's calls get refill indices of their own, and the timed ones start after them: no
     # timed call sees inputs an earlier call (the per-repetition probe's, the pilot's) was given.
-    pilot = min(PILOT_REPS, budget) if budget > min_reps else 0
+    # (a pilot only where it can save more repetitions than it costs)
+    pilot = PILOT_REPS if budget >= min_reps + 2 * PILOT_REPS else 0
     spread = None
     if pilot:
         p_starts = [event(enable_timing=True) for _ in range(pilot)]
