@@ -35,6 +35,24 @@ def test_compare_nan_and_inf_must_match_the_reference():
         compare([torch.tensor([1.0, 0.0, float("nan")])], ref, 1e-4, 1e-4)
 
 
+def test_compare_fast_path_reports_what_the_full_walk_does(monkeypatch):
+    """A passing comparison takes the one-wait path (checks._all_within); its errors are the full
+    walk's, and a finite output against an infinite reference never passes through it."""
+    import autokernel.bench.checks as checks
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64)
+    out = (ref + 1e-5 * torch.randn(4096, generator=g, dtype=torch.float64)).float()
+    fast = compare([out], ref, 1e-4, 1e-4)
+    monkeypatch.setattr(checks, "_all_within", lambda *a: None)
+    assert fast == pytest.approx(compare([out], ref, 1e-4, 1e-4), rel=1e-12) and fast[0] > 0
+    monkeypatch.undo()
+    inf_ref = torch.tensor([1.0, float("inf")], dtype=torch.float64)
+    assert checks._all_within(torch.tensor([1.0, 5.0], dtype=torch.float64), inf_ref, 1e-4, 1e-4) is None
+    assert checks._all_within(torch.tensor([1.0, float("nan")], dtype=torch.float64),
+                              torch.tensor([1.0, 2.0], dtype=torch.float64), 1e-4, 1e-4) is None
+
+
 def test_compare_in_chunks_counts_and_locates_across_them(monkeypatch):
     """Outputs walk in COMPARE_CHUNK slices (float64 copies of a multi-GB output would not fit):
     counts, the worst element and the first NaN's position span the slices."""

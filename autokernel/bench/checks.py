@@ -186,6 +186,21 @@ def check_inputs_unchanged(before: Sequence, after: Sequence) -> None:
                 raise CheckFailure(f"the kernel wrote into input {j}")
 
 
+def _all_within(o64: torch.Tensor, r64: torch.Tensor, atol: float, rtol: float) -> tuple[float, float] | None:
+    """(max abs error, max rel error) when every element is within tolerance of a finite reference,
+    else None (the full walk then says what is wrong). A NaN or Inf in the output gives a NaN or
+    Inf error, never within a finite tolerance; a reference's NaN or Inf makes the tolerance
+    non-finite, which is refused here."""
+    diff = (o64 - r64).abs_()
+    ref_abs = r64.abs()
+    tol = ref_abs.mul(rtol).add_(atol)
+    ok = (diff <= tol).logical_and_(torch.isfinite(tol)).all()
+    rel = (diff / ref_abs.clamp_min_(1e-30)).max() if diff.numel() else diff.new_zeros(())
+    top = diff.max() if diff.numel() else diff.new_zeros(())
+    flag, max_abs, max_rel = torch.stack([ok.to(torch.float64), top, rel]).tolist()
+    return (max_abs, max_rel) if flag else None
+
+
 COMPARE_CHUNK = 1 << 24  # elements per float64 slice: a 7.5 GB fp32 output (KB L1 36) compared in parts
 
 
@@ -201,6 +216,10 @@ def compare(outs: Sequence[torch.Tensor], exact, atol: float, rtol: float) -> tu
         for lo in range(0, of.numel(), COMPARE_CHUNK):
             o64 = of[lo:lo + COMPARE_CHUNK].to(torch.float64)
             r64 = rf[lo:lo + COMPARE_CHUNK].to(device=o.device, dtype=torch.float64)
+            passed = _all_within(o64, r64, atol, rtol)
+            if passed is not None:  # the common case in a third of the kernels and one wait
+                max_abs, max_rel = max(max_abs, passed[0]), max(max_rel, passed[1])
+                continue
             o_bad, r_bad = ~torch.isfinite(o64), ~torch.isfinite(r64)
             if bool((o_bad & ~r_bad).any()):
                 new = o_bad & ~r_bad
