@@ -213,11 +213,8 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
     the host does next; and after the call, each behind a synchronize of every stream, two more.
     The span of the call's work is from the start of the lead marker (a side stream of the
     candidate's runs beside it) to the start of the end marker, or to the end of a kernel seen
-    later (work on a side stream). A body that never calls `ended` gets the old estimate (every
-    caller calls it; a call that raises leaves no session): the first closing marker's start less
-    the gap between the two closing markers, which host work of the judge's after the call (a
-    collection, a check) makes too long. A marker
-    missing from the record means the profiler's collection was off when it ran: the candidate
+    later (work on a side stream). A body that does not call `ended` gets the marker queued when it
+    is over (a call that raises leaves no session). A marker missing from the record means the profiler's collection was off when it ran: the candidate
     turned it off and left it so (launches.profile_gap says so). Turned off and on again within the
     call, the profiler misses the candidate's kernels but not the GPU time they took
     (share.session_work). Work on a side stream the call never waits for, hidden from the profiler,
@@ -251,6 +248,7 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
 
             sleep(int((lead_us or 0.0) * cycles) + MARK_CYCLES)
             yield ended
+            ended()  # (a no-op where the body called it, as every judge does right after the call)
             for _ in range(2):
                 torch.cuda.synchronize()
                 sleep(MARK_CYCLES)
@@ -266,7 +264,7 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
         dev = str(getattr(evt, "device_type", ""))
         if dev.endswith("CUDA") and evt.name:
             kernels.append((evt.name, float(evt.time_range.start), float(evt.time_range.end)))
-    session = call_session(kernels, lead_us is not None, ended=bool(marked))
+    session = call_session(kernels, lead_us is not None)
     if session is None:
         launches.profile_gap = ("the judge's own marker kernels around its call are missing from the profiler's "
                                 "record: its collection was turned off during the call")
@@ -277,32 +275,25 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
             launches.gpu_kernels.append(name)
 
 
-def call_session(kernels: list[tuple[str, float, float]], warm: bool, ended: bool = False) -> GpuSession | None:
+def call_session(kernels: list[tuple[str, float, float]], warm: bool) -> GpuSession | None:
     """The profiled call in the profiler's GPU timeline (name, start, end of every kernel), between
-    the judge's markers (record_gpu; `ended`: with the end marker queued behind the call), or None
-    when a marker is missing."""
+    the judge's markers (record_gpu: the lead, the end marker queued behind the call, two closing
+    ones), or None when a marker is missing."""
     kernels = sorted(kernels, key=lambda k: k[1])
     # the judge's own work queued before the profile (inputs made, a refill) ran before the lead
     # marker, which waited for it: the record of the call starts at that marker
     opening = next((i for i, k in enumerate(kernels) if MARKER in k[0]), len(kernels))
     kernels = kernels[opening:]
     marks = [k for k in kernels if MARKER in k[0]]
-    if len(marks) < (4 if ended else 3) or kernels[-1] is not marks[-1]:
+    if len(marks) < 4 or kernels[-1] is not marks[-1]:
         return None
-    first, close, last = marks[0], marks[-2], marks[-1]
-    ours = {id(first), id(close), id(last)}
-    if ended:
-        # the last marker before the closing ones: a kernel of the candidate's named like a marker
-        # that runs after the judge's end marker only moves the end later (more time to account for)
-        stop = marks[-3]
-        ours.add(id(stop))
-        base = stop[1]
-    else:
-        # estimated by the gap between the closing markers
-        base = close[1] - max(0.0, last[1] - close[2])
+    first, stop, close, last = marks[0], marks[-3], marks[-2], marks[-1]
+    # the end marker is the last before the closing ones: a kernel of the candidate's named like a
+    # marker that runs after it only moves the end later (more time to account for)
+    ours = {id(first), id(stop), id(close), id(last)}
     work = [k for k in kernels if id(k) not in ours]
-    # a kernel seen ending later than the base is still the call's (a side stream), never cut
-    end = max([first[2], base] + [e for _n, s, e in work if s < close[1]])
+    # a kernel seen ending later than the end marker's start is still the call's (a side stream), never cut
+    end = max([first[2], stop[1]] + [e for _n, s, e in work if s < close[1]])
     return GpuSession(work, (first[1], min(end, close[1])), warm, [(first[1], first[2])])
 
 
