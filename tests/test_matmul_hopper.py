@@ -116,7 +116,7 @@ def test_per_shape_table_overrides_the_tunables_at_its_shapes(tmp_path, monkeypa
     entry = {"VARIANT": "persistent", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "NUM_WARPS": 4,
              "NUM_STAGES": 3, "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "plain", "TMA_DESC": "host"}
     table = {"64x72x136": entry}
-    base = dict(SMALL_TILES, PERSISTENT_SHAPES=table)
+    base = dict(SMALL_TILES, PERSISTENT_SHAPES=table, TABLE_BASE=_table_base(SMALL_TILES))
     for shape_configs, expect in (("table", "_matmul_persistent_kernel"), ("off", "_matmul_tile_kernel")):
         mod = _load(MM, dict(base, SHAPE_CONFIGS=shape_configs), tmp_path, shape_configs)
         assert mod.shape_key(40, 72, 136) == "64x72x136" and mod.shape_key(64, 72, 136) == "64x72x136"
@@ -133,6 +133,33 @@ def test_per_shape_table_overrides_the_tunables_at_its_shapes(tmp_path, monkeypa
         a, b = MM.make({"M": 200, "N": 72, "K": 136}, torch.float16, gen)  # another M bucket
         MM.check(mod.kernel_fn(a, b), (a, b), torch.float16)
         assert [name for name, _, _ in seen[-2:]] == ["_matmul_tile_kernel"] * 2
+
+
+def _table_base(config: dict) -> dict:
+    """TABLE_BASE for the starter with `config` written in: its 16-bit tunables as they then are."""
+    mod = import_kernel(MM.kernel_file("triton"))
+    return {k: config.get(k, v) for k, v in mod.TABLE_BASE.items()}
+
+
+def test_a_tunable_moved_from_the_table_base_applies_on_top_of_the_entry(tmp_path, monkeypatch):
+    """The search's move of one tunable is an experiment at the table's shapes too: the entry decides
+    the tunables still at their TABLE_BASE value, the moved one keeps the module's; a mix
+    valid_config rejects leaves the entry alone."""
+    entry = {"VARIANT": "persistent", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "NUM_WARPS": 4,
+             "NUM_STAGES": 3, "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "plain", "TMA_DESC": "host"}
+    base = dict(SMALL_TILES, PERSISTENT_SHAPES={"64x72x136": entry}, TABLE_BASE=_table_base(SMALL_TILES))
+    moved = _load(MM, dict(base, GROUP_M=8), tmp_path, "moved")
+    cfg = moved.call_config(torch.float16, 40, 72, 136)
+    assert cfg["GROUP_M"] == 8 and all(cfg[k] == v for k, v in entry.items() if k != "GROUP_M")
+    assert moved.call_config(torch.float16, 200, 72, 136)["BLOCK_M"] == SMALL_TILES["BLOCK_M"]  # not in the table
+    seen = _spy(moved, monkeypatch, ["_matmul_persistent_kernel", "_matmul_tile_kernel"])
+    a, b = MM.make({"M": 40, "N": 72, "K": 136}, torch.float16, MM.gen(44))
+    MM.check(moved.kernel_fn(a, b), (a, b), torch.float16)
+    assert seen[-1][0] == "_matmul_persistent_kernel" and seen[-1][2]["GROUP"] == 8
+    # 4 stages of 256 x 128 tiles on top of the entry's 32 x 32: past the shared memory, so the entry decides
+    big = _load(MM, dict(base, BLOCK_K=128, NUM_STAGES=5, BLOCK_M=256, BLOCK_N=256), tmp_path, "big")
+    assert not big.valid_config({k: getattr(big, k) for k in big.SEARCH_SPACE})
+    assert big.call_config(torch.float16, 40, 72, 136) == dict(entry, PRECISION=None)
 
 
 def test_valid_config_knows_what_triton_36_builds_on_sm90():

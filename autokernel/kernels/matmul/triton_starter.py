@@ -48,8 +48,10 @@ cannot describe fall back to the pointer kernel.
 
 Per-shape configurations: PERSISTENT_SHAPES maps "MxNxK" (M rounded up to a power of two) to the
 tunables benchmarks/gemm_hopper.py chose on the H200 at that shape (VARIANT included); with
-SHAPE_CONFIGS "table" they override the module's tunables there (16-bit inputs only), with "off"
-the tunables apply everywhere.
+SHAPE_CONFIGS "table" they decide there (16-bit inputs only) every tunable that still has its
+TABLE_BASE value, the one this file starts with; a tunable the search moved applies at every shape,
+on top of the entry (so a move is an experiment at the model's shapes too, not a no-op there), unless
+valid_config rejects the mix, where the entry decides alone. With "off" the tunables apply everywhere.
 """
 
 import functools
@@ -90,6 +92,10 @@ EPILOGUE_SUBTILE = 2
 PERSISTENT_LOOP = "flatten"
 TMA_DESC = "device"
 SHAPE_CONFIGS = "table"
+# the 16-bit tunables as this file starts with them: where one still has this value, a
+# PERSISTENT_SHAPES entry decides it at its shape (see the module docstring)
+TABLE_BASE = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 3,
+              "VARIANT": "pointer", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten", "TMA_DESC": "device"}
 
 # fp32: true fp32 products ("ieee"), or 3xTF32 ("tf32x3": tensor cores, about fp32's error; see above).
 FP32_BLOCK_M = 64
@@ -511,7 +517,7 @@ def _tma_scratch(size, alignment, stream):
 def call_config(dtype, M=0, N=0, K=0):
     """The tunables a call runs with, under their 16-bit names (fp32 inputs: the FP32_* values), plus
     PRECISION; for 16-bit inputs with SHAPE_CONFIGS "table", PERSISTENT_SHAPES' entry for the shape
-    overrides them."""
+    decides those still at their TABLE_BASE value (all of them where the mix is not valid)."""
     if dtype == torch.float32:
         return {"BLOCK_M": FP32_BLOCK_M, "BLOCK_N": FP32_BLOCK_N, "BLOCK_K": FP32_BLOCK_K, "GROUP_M": GROUP_M,
                 "NUM_WARPS": FP32_NUM_WARPS, "NUM_STAGES": FP32_NUM_STAGES, "VARIANT": FP32_VARIANT,
@@ -522,8 +528,22 @@ def call_config(dtype, M=0, N=0, K=0):
            "NUM_STAGES": NUM_STAGES, "VARIANT": VARIANT, "EPILOGUE_SUBTILE": EPILOGUE_SUBTILE,
            "PERSISTENT_LOOP": PERSISTENT_LOOP, "TMA_DESC": TMA_DESC, "PRECISION": None}
     if SHAPE_CONFIGS == "table" and PERSISTENT_SHAPES:
-        cfg.update(PERSISTENT_SHAPES.get(shape_key(M, N, K), ()))
+        cfg.update(_table_entry(shape_key(M, N, K)))
     return cfg
+
+
+@functools.lru_cache(maxsize=256)
+def _table_entry(key):
+    """What PERSISTENT_SHAPES' entry for `key` decides: its values for the tunables still at their
+    TABLE_BASE value, the module's for those moved, or the entry alone where valid_config rejects
+    the mix. Worked out once per shape: the module's tunables do not change once it is loaded."""
+    entry = PERSISTENT_SHAPES.get(key)
+    if not entry:
+        return {}
+    g = globals()
+    module = {k: g[k] for k in SEARCH_SPACE}
+    mixed = {k: (v if module.get(k) == TABLE_BASE.get(k, v) else module[k]) for k, v in entry.items()}
+    return mixed if valid_config(dict(module, **mixed)) else dict(entry)
 
 
 def shape_key(M, N, K):
