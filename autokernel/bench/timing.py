@@ -143,8 +143,8 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     # a trusted caller (baselines, a model's workload) passes no `verify`: nothing to guard, and
     # torch.compile's first call starts threads of its own
     prims = primitives(guard=verify is not None)
-    per_rep, timed_reps, idle_after, probe, pick, stopped = private(_per_rep_us, _timed_reps, _idle_after,
-                                                                    _idle_probe_us, _pick, _stopped)
+    per_rep, timed_reps, idle_after, probe, pick, stopped, count = private(_per_rep_us, _timed_reps, _idle_after,
+                                                                           _idle_probe_us, _pick, _stopped, reps_for)
     why_left, = private(leftover)
     record, _query, elapsed, event_sync, device_sync, _sleep, _zero, _clone, state, _tensor, _clock = prims
     event, collect = torch.cuda.Event, gc.collect
@@ -186,7 +186,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
             return stopped(bad, why_left, device_sync, verify)
         device_sync()
         spread = sorted(elapsed(s, e) * 1e3 for s, e in zip(p_starts, p_ends))
-    reps = reps_for(spread, min_reps, budget)
+    reps = count(spread, min_reps, budget)
     starts = [event(enable_timing=True) for _ in range(reps)]
     ends = [event(enable_timing=True) for _ in range(reps)]
     chosen = pick(reps, samples or SAMPLES, urandom) if on_sample else set()
