@@ -195,9 +195,8 @@ def _all_within(o64: torch.Tensor, r64: torch.Tensor, atol: float, rtol: float) 
     ref_abs = r64.abs()
     tol = ref_abs.mul(rtol).add_(atol)
     ok = (diff <= tol).logical_and_(torch.isfinite(tol)).all()
-    rel = (diff / ref_abs.clamp_min_(1e-30)).max() if diff.numel() else diff.new_zeros(())
-    top = diff.max() if diff.numel() else diff.new_zeros(())
-    flag, max_abs, max_rel = torch.stack([ok.to(torch.float64), top, rel]).tolist()
+    rel = (diff / ref_abs.clamp_min_(1e-30)).max()  # (compare's slices are never empty)
+    flag, max_abs, max_rel = torch.stack([ok.to(torch.float64), diff.max(), rel]).tolist()
     return (max_abs, max_rel) if flag else None
 
 

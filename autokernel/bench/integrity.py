@@ -7,10 +7,10 @@ function, the function's __code__, its tolerance table), patch a torch function 
 function or dispatch mode, or patch torch.cuda.Event so that timings shrink. A snapshot records,
 by identity, every module-level name of the judge's modules and of the modules the references and
 the timing use (torch, torch.Tensor, torch.nn.functional, torch.cuda and its Event/Stream, nn
-modules' methods, builtins, statistics, math, hashlib), each function's code, defaults and closure cells, the spec objects'
-fields with copies of their plain data, torch.library's registered Python kernels, the active
-torch modes, the C functions the GPU timing takes (between_calls.py) and the Python threads no
-installed package started; `changed()` names the first thing that differs.
+modules' methods, builtins, statistics, math, hashlib), each function's code, defaults and closure
+cells, the spec objects' fields with copies of their plain data, torch.library's registered Python
+kernels, the active torch modes, the C functions the GPU timing takes (between_calls.py) and the
+Python threads no installed package started; `changed()` names the first thing that differs.
 
 The check itself is the candidate's to rewrite too (Snapshot.changed given the code of `return
 None`, or the saved copies edited to agree with a patch): the judges therefore check through

@@ -42,6 +42,7 @@ L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
 MIN_REPS = 100
 MIN_TIME_S = 0.5
 MAX_REPS = 2000
+PROBE_REPS = 3  # the per-repetition probe's calls in each of its passes (refill indices 0 .. PROBE_REPS - 1)
 PILOT_REPS = 32  # the pilot batch whose spread sets the repetitions (see the module's docstring)
 MEDIAN_PRECISION = 0.0025  # two standard errors of the median, as a fraction of it
 WARMUP_MS = 25.0
@@ -93,27 +94,27 @@ def _per_rep_us(fn: Callable, args: tuple, flush: torch.Tensor, start, end, firs
         now = state(index)
         return (before, now) if now != before else None
 
-    for k in range(3):  # once untimed: a refill's first calls draw its pool, which later calls reuse
+    for k in range(PROBE_REPS):  # once untimed: a refill's first calls draw its pool, which later calls reuse
         bad = queue(k)
         if bad:
             return 0.0, 0.0, bad
     device_sync()
     t0 = clock()
-    for k in range(3):
+    for k in range(PROBE_REPS):
         bad = queue(k)
         if bad:
             return 0.0, 0.0, bad
-    host_us = (clock() - t0) / 3 * 1e6
+    host_us = (clock() - t0) / PROBE_REPS * 1e6
     device_sync()
-    sleep(int(min(MAX_SLEEP_US, 2 * HOST_MARGIN * 3 * host_us + 100) * cycles))
+    sleep(int(min(MAX_SLEEP_US, 2 * HOST_MARGIN * PROBE_REPS * host_us + 100) * cycles))
     record(first, stream)
-    for k in range(3):
+    for k in range(PROBE_REPS):
         bad = queue(k)
         if bad:
             return 0.0, 0.0, bad
     record(last, stream)
     device_sync()
-    return host_us, elapsed(first, last) * 1e3 / 3, None
+    return host_us, elapsed(first, last) * 1e3 / PROBE_REPS, None
 
 
 def cycles_per_us(device: str) -> float:
@@ -182,7 +183,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
         p_ends = [event(enable_timing=True) for _ in range(pilot)]
         device_sync()
         _taken, bad, _done = timed_reps(fn, args, flush, p_starts, p_ends, set(), refill, host_us, gpu_us, cycles,
-                                        prims, stream, index, base=3)
+                                        prims, stream, index, base=PROBE_REPS)
         if bad:
             return stopped(bad, why_left, device_sync, verify)
         device_sync()
@@ -191,7 +192,7 @@ def time_call(fn: Callable, args: tuple, device: str = "cuda", *, min_reps: int 
     starts = [event(enable_timing=True) for _ in range(reps)]
     ends = [event(enable_timing=True) for _ in range(reps)]
     chosen = pick(reps, samples or SAMPLES, urandom) if on_sample else set()
-    base = 3 + pilot
+    base = PROBE_REPS + pilot
     device_sync()  # every stream idle before the first repetition
     # No cyclic garbage collection from here to the idle event (as timeit does): a collection between
     # the last end event and the idle one reads as work left running on another stream. The H200
