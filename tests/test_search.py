@@ -344,3 +344,14 @@ def test_the_study_resumes_after_kill_9(home):
     assert len(rows) == 14 and len(set(keys)) == 14 and config_key(start) not in keys
     complete = {t.user_attrs.get("key") for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
     assert set(keys[:-1]) <= complete  # every verdict but the last one is known to the study
+
+
+def test_a_missing_optuna_is_one_clear_error_before_any_work(monkeypatch, tmp_path):
+    # sys.modules[name] = None makes `import optuna` fail as it does on a machine without it
+    monkeypatch.setitem(__import__("sys").modules, "optuna", None)
+    from autokernel.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        SearchProposer(study_path=tmp_path / "studies.db")
+    line = info.value.one_line()
+    assert "needs Optuna" in line and "wheels.sh optuna" in line and "\n" not in line

@@ -85,6 +85,7 @@ class SearchProposer:
         self.rejected: Counter = Counter()  # kernel -> configurations rejected before compiling
         self._studies: dict[str, Any] = {}  # open studies of this process, by name
         self.last_trial: Optional[int] = None  # the study's trial number of the last proposal
+        studies.optuna_module()  # a missing Optuna stops the command before the profile, in one line
 
     def propose(self, source: str, spec: Any = None, history: Sequence[Any] = (), last_result: Any = None, *,
                 kernel: Optional[KernelContext] = None) -> Proposal | list[Proposal]:

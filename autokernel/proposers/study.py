@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from autokernel import objective
+from autokernel.errors import ConfigError
 from autokernel.orchestrator import config_key
 from autokernel.proposers.base import history_config
 
@@ -36,7 +37,14 @@ CONSTRAINT = "failed"  # the trial's constraint name: 1 infeasible, 0 feasible
 
 
 def optuna_module():
-    import optuna
+    # A missing Optuna (a GPU machine whose carried wheels lack it) would otherwise end a loop run
+    # in a traceback from deep inside the proposer.
+    try:
+        import optuna
+    except ImportError as exc:
+        raise ConfigError(f"the search agent needs Optuna, which is not installed here: {exc}",
+                          hint="pip install 'optuna>=5.0' (on a GPU machine: ../shared/device/wheels.sh "
+                               "optuna, then carry .whl/)") from exc
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # library code: nothing printed
     return optuna
