@@ -6,7 +6,9 @@ GPU time: what the model would save with the kernel dispatched per shape, agains
 without it (torch.compile's op under --target-mode compile, eager's op with the host's time in eager
 mode), times the learned probability that the next experiment improves the kernel, over what one of
 its experiments costs. A kernel behind the library saves nothing however large its share; it is
-invested in only when its own trend says it crosses soon, and the pick's reason says so.
+invested in only when its own trend says it crosses soon, or, for its first few experiments, when it
+is close to the library and its prior says so (exploring, once the kernels worth something have
+plateaued); the pick's reason says which.
 
 A kernel plateaus after `plateau_after` consecutive non-improvements, or when it is within
 `roofline_margin_pct` of its roofline; the orchestrator then moves on. When every kernel has
@@ -185,7 +187,7 @@ class Orchestrator:
         fallback = statistics.median([d for s in self.states.values() for d in s.durations if d] or [0.0]) or None
         return objective.kernel_value(self.times(st), st.share, self.success_rate(st),
                                       objective.improvement_step(st.steps, self.headroom(st)),
-                                      objective.cost_s(st.durations, fallback), st.kept)
+                                      objective.cost_s(st.durations, fallback), st.kept, st.attempts)
 
     def expected_gain(self, st: KernelState) -> float:
         """Expected model-time fraction per GPU-second of one more experiment on this kernel."""
@@ -203,16 +205,19 @@ class Orchestrator:
     def pick(self) -> Optional[KernelState]:
         """The kernel for the next experiment, or None when every kernel is exhausted; self.reason
         says why it was chosen. Among kernels whose next experiment is worth something, a plateaued
-        one waits while another is not; when all of them have plateaued, the most valuable is
-        revisited (its patience restarts). A kernel worth nothing (behind the library, no trend) is
+        one waits while another is not; when all of them have plateaued, a kernel close behind the
+        library without a trend yet is explored, and after that the most valuable is revisited (its
+        patience restarts). A kernel worth nothing (behind the library, no trend) is
         tried only when no kernel is worth anything."""
         live = [s for s in self.states.values() if not s.exhausted]
         if not live:
             return None
         values = {s.kernel_id: self.value(s) for s in live}
-        worth = [s for s in live if values[s.kernel_id].value > 0]
+        worth = [s for s in live if values[s.kernel_id].value > 0 and not values[s.kernel_id].explore]
         fresh = [s for s in worth if not self.plateaued(s)]
-        pool = fresh or worth or [s for s in live if not self.plateaued(s)] or live
+        # exploring comes after the kernels whose gain is realized or trending, before a revisit
+        explore = [s for s in live if values[s.kernel_id].explore and not self.plateaued(s)]
+        pool = fresh or explore or worth or [s for s in live if not self.plateaued(s)] or live
         st = max(pool, key=lambda s: (values[s.kernel_id].value, s.share, -s.kernel_id))
         revisit = self.plateaued(st)
         if revisit:  # every candidate plateaued: a fresh patience counter
@@ -225,6 +230,10 @@ class Orchestrator:
         lib = "the library" if st.library else "its start"
         where = f"{v.vs_library:.2f}x {lib}" if v.vs_library else "not timed yet"
         head = f"{st.name} ({where}, {100 * st.share:.0f}% of the model"
+        if v.invest and v.explore:
+            return (f"{head}): behind {lib}, so it saves nothing yet, and it has no trend of its own "
+                    f"(experiment {st.attempts + 1} of its first {objective.EXPLORE_ATTEMPTS}); "
+                    f"keeps of {v.step:.0%} would cross in ~{v.crosses_in:.0f} experiments: investing to explore")
         if v.invest:
             return (f"{head}): behind {lib}, so it saves nothing yet; its trend ({v.p:.0%} of experiments "
                     f"improve it, {v.step:.0%} per keep) crosses in ~{v.crosses_in:.0f} experiments: investing")
@@ -247,7 +256,7 @@ class Orchestrator:
                 "baseline_us": s.baseline_us, "best_us": s.best_us, "speedup": s.speedup,
                 "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
                 "vs_library": v.vs_library if s.library else None, "realized": v.realized, "value": v.value,
-                "invest": v.invest, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
+                "invest": v.invest, "explore": v.explore, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
                 "screened_out": s.screened_out, "time_s": s.time_s, "exhausted": s.exhausted,
                 "plateaued": self.plateaued(s)})
         return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}

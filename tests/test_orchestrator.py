@@ -128,10 +128,6 @@ def test_chooses_by_realized_model_gain_not_by_share(store):
     assert "1.25x the library" in orch.reason
     # the model's predicted speed-up counts only what crosses: the big kernel adds nothing
     assert orch.predicted_speedup() == pytest.approx(1 / (1 - 0.05 * 20 / 110))
-    # the small kernel plateaus: the loop does not move to a kernel worth nothing, it revisits
-    for _ in range(orch.plateau_after):
-        orch.record(_gpu_row(store, run, small, "reverted", 85.0, 100.0, shapes))
-    assert orch.pick().kernel_id == small.id and "revisited" in orch.reason and s.revisits == 1
     # in eager mode the library's time is eager's (1.1x compile's here): the big kernel is 0.96x,
     # one keep from crossing, so its next experiment is worth more than the small one's
     eager = Orchestrator.from_store(store, run.id, [small, big], target_mode="eager")
@@ -139,6 +135,15 @@ def test_chooses_by_realized_model_gain_not_by_share(store):
     assert v.realized == 0.0 and v.vs_library == pytest.approx(110 / 115)
     assert v.expected == pytest.approx(0.5 * 0.6 * (110 - 0.9 * 115) / 110)
     assert eager.pick().kernel_id == big.id
+    # the small kernel plateaus: the big one, close behind (0.87x) and without a trend yet, is
+    # explored before a revisit; once its failures end that, the small one is revisited
+    for _ in range(orch.plateau_after):
+        orch.record(_gpu_row(store, run, small, "reverted", 85.0, 100.0, shapes))
+    assert orch.pick().kernel_id == big.id and "investing to explore" in orch.reason
+    while (st := orch.pick()).kernel_id == big.id:
+        orch.record(_gpu_row(store, run, big, "reverted", 116.0, 100.0, shapes))
+    assert 1 <= b.attempts <= 4 and st.kernel_id == small.id and "revisited" in orch.reason
+    assert s.revisits == 1
 
 
 def test_invests_behind_the_library_only_when_its_own_trend_crosses(store):
@@ -148,7 +153,7 @@ def test_invests_behind_the_library_only_when_its_own_trend_crosses(store):
     _gpu_row(store, run, small, "baseline", 95.0, 100.0, shapes)
     _gpu_row(store, run, big, "baseline", 140.0, 100.0, shapes)  # 0.71x
     orch = Orchestrator.from_store(store, run.id, [small, big])
-    assert not orch.value(orch.states[big.id]).invest  # no history of its own: no trend
+    assert not orch.value(orch.states[big.id]).invest  # no history of its own, too far to explore
     assert orch.pick().kernel_id == small.id
     # two keeps in a row, 10% each: 140 -> 113 us, still behind (one more keep would not cross), but
     # its trend crosses in a few experiments
@@ -162,3 +167,38 @@ def test_invests_behind_the_library_only_when_its_own_trend_crosses(store):
         orch.record(_gpu_row(store, run, big, "screened", 150.0, 100.0, shapes, duration=0.5))
     assert not orch.value(orch.states[big.id]).invest
     assert orch.pick().kernel_id == small.id
+
+
+def test_explores_a_kernel_close_behind_the_library_until_its_failures_say_stop(store):
+    """Issue 18 on an H100: rotary at 0.89x torch.compile got no experiment in 10 minutes while
+    matmul, plateaued, was revisited. A kernel within EXPLORE_GAP of the library is tried from its
+    prior for its first experiments once the kernels worth something plateau; its failures end
+    that, and a far one is never explored."""
+    from autokernel import objective
+
+    run = store.create_run("loop", model="m")
+    lead, close, far = _kernels(store, [("matmul", 0.2), ("rotary_embedding", 0.14), ("fused_mlp", 0.43)])
+    shapes = [({"rows": 2048, "cols": 4096}, 64, 1.0)]
+    _gpu_row(store, run, lead, "baseline", 98.0, 100.0, shapes, duration=5.0)  # 1.02x: worth a little
+    _gpu_row(store, run, close, "baseline", 112.0, 100.0, shapes)  # 0.89x
+    _gpu_row(store, run, far, "baseline", 125.0, 100.0, shapes)  # 0.80x: outside the gap
+    orch = Orchestrator.from_store(store, run.id, [lead, close, far], plateau_after=3)
+    v = orch.value(orch.states[close.id])
+    assert v.realized == 0.0 and v.invest and v.explore and v.crosses_in <= objective.HORIZON
+    assert not orch.value(orch.states[far.id]).invest
+    assert orch.pick().kernel_id == lead.id  # realized gain first
+    for _ in range(3):
+        orch.record(_gpu_row(store, run, lead, "reverted", 99.0, 100.0, shapes))
+    assert orch.pick().kernel_id == close.id and "investing to explore" in orch.reason
+    assert "experiment 1 of its first 4" in orch.reason
+    tried = 0
+    while (st := orch.pick()).kernel_id == close.id:
+        orch.record(_gpu_row(store, run, close, "reverted", 113.0, 100.0, shapes))
+        tried += 1
+        assert tried <= objective.EXPLORE_ATTEMPTS
+    assert tried >= 1 and st.kernel_id == lead.id and "revisited" in orch.reason
+    assert orch.states[far.id].attempts == 0  # never explored: too far behind
+    # a keep that crosses makes it worth its one-step value like any kernel ahead of the library
+    orch.record(_gpu_row(store, run, close, "kept", 95.0, 100.0, shapes))
+    v = orch.value(orch.states[close.id])
+    assert v.realized > 0 and not v.invest and v.value > 0
