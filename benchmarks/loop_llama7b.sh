@@ -40,8 +40,7 @@ if [[ -n "${RESTORE_STATE:-}" ]]; then
   tar -C "$(dirname "$AUTOKERNEL_HOME")" -xzf "$RESTORE_STATE"
 fi
 
-if [[ "$PHASE" != verify ]]; then
-  last_run="$("$PY" - <<'PY'
+last_run="$("$PY" - <<'PY'
 import os
 from autokernel.config import resolve_home
 from autokernel.store import Store
@@ -51,8 +50,9 @@ if p.db.exists():
     print(r.id if r else "")
 PY
 )"
+if [[ "$PHASE" != verify ]]; then
   if [[ "${RESUME:-0}" == 1 && -n "$last_run" ]]; then
-    # (PHASE=verify skips the loop and re-verifies the run in $OUT/loop.json)
+    # (PHASE=verify skips the loop and verifies the run in $OUT/loop.json, or else the latest one)
     ak loop --resume "$last_run" --hours "$HOURS" --no-verify --json "$@" | tee "$OUT/loop.json"
   else
     ak loop --model llama-7b --agent search --hours "$HOURS" --batch 1 --seq 2048 --dtype bf16 \
@@ -60,7 +60,13 @@ PY
   fi
 fi
 [[ "$PHASE" == loop ]] && exit 0
-run_id="$("$PY" -c "import json;print(json.load(open('$OUT/loop.json'))['run_id'])")"
+if [[ -f "$OUT/loop.json" ]]; then
+  run_id="$("$PY" -c "import json;print(json.load(open('$OUT/loop.json'))['run_id'])")"
+else  # PHASE=verify in a fresh $OUT (a restored state): the latest llama-7b loop run, its summary re-made
+  [[ -n "$last_run" ]] || { echo "loop_llama7b.sh: no llama-7b loop run to verify in $AUTOKERNEL_HOME" >&2; exit 2; }
+  run_id="$last_run"
+  ak loop --resume "$run_id" --hours 0.001 --no-verify --json | tee "$OUT/loop.json"  # spent: no experiment
+fi
 ak verify --run "$run_id" --json | tee "$OUT/verify.json" || true
 ak report --run "$run_id" --format tsv --output "$OUT/results.tsv" || true
 ak report --run "$run_id" --format md --output "$OUT/report.md" --plot "$OUT/progress.png" || true
