@@ -114,6 +114,12 @@ MLP_CANDIDATES = {
     "persistent gate/up 128x128 s3 + down 128x256 s3, sub1": _mlp(3, 3, 1),
     "persistent gate/up 128x128 s4 + down 128x256 s4, sub2": _mlp(4, 4, 2),
     "persistent gate/up 128x128 s4 sub2 + starter's down": _mlp(4, 0, 2),
+    # the gate/up orders (the starter's GU_ORDER): one K loop after the other at the same tile, and
+    # the plain GEMM twice at the matmul's best tile, g through h's buffer
+    "persistent gate/up sequential 128x128 s4 + down 128x256 s4, sub2": dict(_mlp(4, 4, 2), GU_ORDER="sequential"),
+    "persistent gate/up split 128x256 s3 + down 128x256 s4, sub2": dict(
+        _mlp(3, 4, 2), GU_ORDER="split", GU_BLOCK_N=256),
+    "persistent gate/up split 128x128 s4 + down 128x256 s4, sub2": dict(_mlp(4, 4, 2), GU_ORDER="split"),
 }
 
 

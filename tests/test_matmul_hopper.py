@@ -198,9 +198,15 @@ def test_the_search_samples_persistent_switches_only_where_they_run():
 @pytest.mark.parametrize("variant", [
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten"},
     {"GU_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain"},
-], ids=["both-flatten-sub2", "gate_up-plain"])
+    {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten",
+     "GU_ORDER": "sequential"},
+    {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten",
+     "GU_ORDER": "split"},
+    {"GU_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain", "GU_ORDER": "split"},
+], ids=["both-flatten-sub2", "gate_up-plain", "sequential", "split-sub2", "split-plain-sub1"])
 def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch, variant):
-    """The gate/up kernel's SiLU*mul epilogue and the down projection through TMA, ragged tiles,
+    """The gate/up kernel's SiLU*mul epilogue (both products in one K loop, one loop after the other,
+    or g through h's buffer in two launches) and the down projection through TMA, ragged tiles,
     more tiles than programs; fp32 keeps the pointer kernels."""
     cfg = dict(variant, GU_BLOCK_M=32, GU_BLOCK_N=32, GU_BLOCK_K=32, DOWN_BLOCK_M=32, DOWN_BLOCK_N=64,
                DOWN_BLOCK_K=32, FP32_BLOCK_M=32, FP32_BLOCK_N=32, FP32_BLOCK_K=16)
@@ -215,11 +221,29 @@ def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch,
         if dtype == torch.float32:
             expect += ["_gate_up_kernel", "_down_kernel"]
         else:
-            expect += ["_persistent_kernel gated",
-                       "_persistent_kernel" if variant.get("DOWN_VARIANT") == "persistent" else "_down_kernel"]
-    assert [name + (" gated" if kw.get("GATED") else "") for name, _, kw in seen] == expect
-    gate_up = next(kw for name, grid, kw in seen if kw.get("GATED"))
+            order = variant.get("GU_ORDER", "together")
+            expect += (["_persistent_kernel", "_persistent_kernel gate_in"] if order == "split" else
+                       ["_persistent_kernel gated" + (" sequential" if order == "sequential" else "")])
+            expect.append("_persistent_kernel" if variant.get("DOWN_VARIANT") == "persistent" else "_down_kernel")
+    assert [name + (" gated" if kw.get("GATED") else "") + (" sequential" if kw.get("SEQUENTIAL") else "")
+            + (" gate_in" if kw.get("GATE_IN") else "") for name, _, kw in seen] == expect
+    gate_up = next(kw for name, grid, kw in seen if kw.get("GATED") or kw.get("GATE_IN"))
     assert gate_up["PROGRAMS"] == 3 and gate_up["SUBTILE"] == variant["EPILOGUE_SUBTILE"]
+
+
+def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
+    source = starter_path("fused_mlp", "triton").read_text()
+    config = read_kernel_file(starter_path("fused_mlp", "triton")).config
+    switches = {"EPILOGUE_SUBTILE", "PERSISTENT_LOOP"}
+    bf16 = set(effective_names(source, config, "bf16"))  # both variants "pointer"
+    assert not (switches | {"GU_ORDER"}) & bf16 and {"GU_VARIANT", "DOWN_VARIANT", "GU_BLOCK_M"} < bf16
+    assert not any(n.startswith("FP32_") for n in bf16)
+    down = set(effective_names(source, dict(config, DOWN_VARIANT="persistent"), "bf16"))
+    assert switches < down and "GU_ORDER" not in down
+    assert {"GU_ORDER"} | switches < set(effective_names(source, dict(config, GU_VARIANT="persistent"), "bf16"))
+    fp32 = set(effective_names(source, dict(config, GU_VARIANT="persistent"), "fp32"))
+    assert "FP32_PRECISION" in fp32 and not any(n.startswith(("GU_", "DOWN_")) for n in fp32)
+    assert not switches & fp32
 
 
 def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
@@ -228,7 +252,11 @@ def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
     down4 = dict(kf.config, DOWN_VARIANT="persistent", DOWN_BLOCK_M=128, DOWN_BLOCK_N=256, DOWN_NUM_STAGES=4)
     assert ok(dict(down4, DOWN_VARIANT="pointer")) and ok(dict(down4, EPILOGUE_SUBTILE=2))
     assert not ok(down4)  # 192 KB of stages + a 64 KB tile
-
+    # "split": one weight tile per stage and one accumulator, so 128x256 gate/up tiles fit; its epilogue
+    # holds a g piece besides the store's (the sm_90a compile measured 213 KB at 3 stages, sub 2)
+    split = dict(kf.config, GU_VARIANT="persistent", GU_ORDER="split", GU_BLOCK_M=128, GU_BLOCK_N=256,
+                 GU_NUM_STAGES=3, EPILOGUE_SUBTILE=2)
+    assert ok(split) and not ok(dict(split, GU_NUM_STAGES=4)) and not ok(dict(split, GU_ORDER="together"))
 
 # ---------------------------------------------------------------- sm_90a: every benchmark candidate
 
@@ -259,7 +287,7 @@ def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
                     jobs.append(job(label, rec, programs=132))  # the H200's SMs
                 elif label.startswith("pointer") and rec.name == "_matmul_tile_kernel":
                     jobs.append(job(label, rec))
-    assert len(jobs) == 9 + 2 + 2 + 5
+    assert len(jobs) == 9 + 2 + 2 + 5 + 2 + 3 + 3  # MLP: sequential 2 launches, each split 3
     results = compile_sm90(jobs, tmp_path)
     for r in results:
         assert "error" not in r and r["ok"], r
