@@ -104,6 +104,8 @@ def _mlp(gu_stages, down, sub):
     if down:
         cfg.update({"DOWN_VARIANT": "persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 64,
                     "DOWN_NUM_WARPS": 8, "DOWN_NUM_STAGES": down})
+    else:
+        cfg["DOWN_VARIANT"] = "pointer"
     return cfg
 
 
@@ -113,7 +115,7 @@ MLP_CANDIDATES = {
     "starter": None,
     "persistent gate/up 128x128 s3 + down 128x256 s3, sub1": _mlp(3, 3, 1),
     "persistent gate/up 128x128 s4 + down 128x256 s4, sub2": _mlp(4, 4, 2),
-    "persistent gate/up 128x128 s4 sub2 + starter's down": _mlp(4, 0, 2),
+    "persistent gate/up 128x128 s4 sub2 + pointer down": _mlp(4, 0, 2),
     # the gate/up orders (the starter's GU_ORDER): one K loop after the other at the same tile, and
     # the plain GEMM twice at the matmul's best tile, g through h's buffer
     "persistent gate/up sequential 128x128 s4 + down 128x256 s4, sub2": dict(_mlp(4, 4, 2), GU_ORDER="sequential"),

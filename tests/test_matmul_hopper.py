@@ -197,12 +197,13 @@ def test_the_search_samples_persistent_switches_only_where_they_run():
 
 @pytest.mark.parametrize("variant", [
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten"},
-    {"GU_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain"},
+    {"GU_VARIANT": "persistent", "DOWN_VARIANT": "pointer", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain"},
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten",
      "GU_ORDER": "sequential"},
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten",
      "GU_ORDER": "split"},
-    {"GU_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain", "GU_ORDER": "split"},
+    {"GU_VARIANT": "persistent", "DOWN_VARIANT": "pointer", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain",
+     "GU_ORDER": "split"},
 ], ids=["both-flatten-sub2", "gate_up-plain", "sequential", "split-sub2", "split-plain-sub1"])
 def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch, variant):
     """The gate/up kernel's SiLU*mul epilogue (both products in one K loop, one loop after the other,
@@ -233,9 +234,10 @@ def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch,
 
 def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
     source = starter_path("fused_mlp", "triton").read_text()
-    config = read_kernel_file(starter_path("fused_mlp", "triton")).config
+    config = dict(read_kernel_file(starter_path("fused_mlp", "triton")).config, GU_VARIANT="pointer",
+                  DOWN_VARIANT="pointer")
     switches = {"EPILOGUE_SUBTILE", "PERSISTENT_LOOP"}
-    bf16 = set(effective_names(source, config, "bf16"))  # both variants "pointer"
+    bf16 = set(effective_names(source, config, "bf16"))
     assert not (switches | {"GU_ORDER"}) & bf16 and {"GU_VARIANT", "DOWN_VARIANT", "GU_BLOCK_M"} < bf16
     assert not any(n.startswith("FP32_") for n in bf16)
     down = set(effective_names(source, dict(config, DOWN_VARIANT="persistent"), "bf16"))
@@ -249,7 +251,8 @@ def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
 def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
     kf = MLP.kernel_file("triton")
     ok = import_kernel(kf).valid_config
-    down4 = dict(kf.config, DOWN_VARIANT="persistent", DOWN_BLOCK_M=128, DOWN_BLOCK_N=256, DOWN_NUM_STAGES=4)
+    down4 = dict(kf.config, DOWN_VARIANT="persistent", DOWN_BLOCK_M=128, DOWN_BLOCK_N=256, DOWN_NUM_STAGES=4,
+                 EPILOGUE_SUBTILE=1)
     assert ok(dict(down4, DOWN_VARIANT="pointer")) and ok(dict(down4, EPILOGUE_SUBTILE=2))
     assert not ok(down4)  # 192 KB of stages + a 64 KB tile
     # "split": one weight tile per stage and one accumulator, so 128x256 gate/up tiles fit; its epilogue
