@@ -232,6 +232,31 @@ def test_fused_mlp_persistent_kernels_match_the_reference(tmp_path, monkeypatch,
     assert gate_up["PROGRAMS"] == 3 and gate_up["SUBTILE"] == variant["EPILOGUE_SUBTILE"]
 
 
+def test_fused_mlp_prepared_plan_checks_each_calls_addresses_for_tma(tmp_path, monkeypatch):
+    """The plan of a (shapes, strides) key is made once; whether TMA can describe x is a property of
+    its base address too, which the key does not fix: a repeated call with x 2 bytes off 16 takes the
+    pointer gate/up (and stays right), the next aligned one the persistent kernel again."""
+    cfg = {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "GU_ORDER": "split",
+           "GU_BLOCK_M": 32, "GU_BLOCK_N": 32, "GU_BLOCK_K": 32, "DOWN_BLOCK_M": 32, "DOWN_BLOCK_N": 64,
+           "DOWN_BLOCK_K": 32}
+    mod = _load(MLP, cfg, tmp_path)
+    seen = _spy(mod, monkeypatch, ["_persistent_kernel", "_gate_up_kernel", "_down_kernel"])
+    dtype = torch.float16
+    x, wg, wu, wd = MLP.make({"tokens": 40, "hidden": 64, "ffn": 96}, dtype, MLP.gen(46))
+    buf = torch.empty(x.numel() + 1, dtype=dtype)
+    off = buf[1:].view_as(x)  # same shape and strides, base 2 bytes past a 16-byte boundary
+    off.copy_(x)
+    assert x.data_ptr() % 16 == 0 and off.data_ptr() % 16 == 2
+    for operand in (x, off, x):
+        seen.clear()
+        MLP.check(mod.kernel_fn(operand, wg, wu, wd), (operand, wg, wu, wd), dtype)
+        names = [name + (" gate_in" if kw.get("GATE_IN") else "") for name, _, kw in seen]
+        gu = (["_persistent_kernel", "_persistent_kernel gate_in"] if operand.data_ptr() % 16 == 0
+              else ["_gate_up_kernel"])
+        assert names == gu + ["_persistent_kernel"], names
+    assert len(mod._PLANS) == 1
+
+
 def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
     source = starter_path("fused_mlp", "triton").read_text()
     config = dict(read_kernel_file(starter_path("fused_mlp", "triton")).config, GU_VARIANT="pointer",

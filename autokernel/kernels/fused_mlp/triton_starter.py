@@ -355,8 +355,8 @@ _Tensor = torch.Tensor
 
 def kernel_fn(x, w_gate, w_up, w_down):
     # As the matmul starter: the host work of a call is a function of the operands' shapes, strides,
-    # dtype and device (the tunables are constants of this file), done once per such key for the
-    # pointer kernels; a repeated call only allocates h and the output and launches. Tensor
+    # dtype and device (the tunables are constants of this file), done once per such key; a repeated
+    # call only checks the base addresses TMA needs, allocates h and the output and launches. Tensor
     # subclasses (torch.compile tracing) always take the full path.
     if type(x) is _Tensor and type(w_gate) is _Tensor and type(w_up) is _Tensor and type(w_down) is _Tensor:
         key = (x.shape, w_gate.shape, w_up.shape, w_down.shape, x.stride(), w_gate.stride(), w_up.stride(),
@@ -371,14 +371,16 @@ def kernel_fn(x, w_gate, w_up, w_down):
 
 
 def _plan(x, w_gate, w_up, w_down):
-    """A function of the four operands doing the two pointer kernels' launches with everything but the
-    tensors worked out, or mlp_full where a call needs more (persistent TMA variants, empty sizes)."""
+    """A function of the four operands doing the call's launches with everything but the tensors
+    worked out (the persistent kernels' where TMA can describe the operands, checked per call for the
+    base addresses, which the key does not fix; the pointer kernels' otherwise), or mlp_full for
+    empty sizes."""
     assert x.dim() == 2 and w_gate.shape == w_up.shape and w_gate.shape[1] == x.shape[1], "x[T,D], w[F,D]"
     assert w_down.shape == (x.shape[1], w_gate.shape[0]), "w_down[D,F]"
     assert x.dtype == w_gate.dtype == w_up.dtype == w_down.dtype, "one dtype for all inputs"
     T, D = x.shape
     F = w_gate.shape[0]
-    if T == 0 or D == 0 or F == 0 or (x.dtype != torch.float32 and "persistent" in (GU_VARIANT, DOWN_VARIANT)):
+    if T == 0 or D == 0 or F == 0:
         return mlp_full
     (gbm, gbn, gbk, gw, gs), (dbm, dbn, dbk, dw, ds), precision = _configs(x.dtype)
     gu_args = (T, F, D, *x.stride(), *w_gate.stride(), *w_up.stride(), F, 1)  # h is fresh: strides (F, 1)
@@ -392,18 +394,60 @@ def _plan(x, w_gate, w_up, w_down):
     dtype, device = x.dtype, x.device
     gate_up = Prepared(_gate_up_kernel, gu_grid, gu_args, **gu_meta)
     down = Prepared(_down_kernel, down_grid, down_args, **down_meta)
+    # the persistent launches, where the fresh h and out have TMA-describable rows (16-byte strides)
+    sixteen = lambda n: (n * x.element_size()) % 16 == 0  # noqa: E731
+    tma = x.dtype != torch.float32 and sixteen(F)
+    gu_tma = _persistent_gate_up(x, w_gate, w_up, T, F, D) if tma and GU_VARIANT == "persistent" else None
+    down_tma = None
+    if tma and DOWN_VARIANT == "persistent" and sixteen(D):
+        programs = _programs(x)
+        down_tma = Prepared(_persistent_kernel, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
+                            (T, D, F, F, w_down.stride(0), 0, D), **_persistent_meta(dbm, dbn, dbk, dw, ds, programs),
+                            GATED=False)
+    allocator = (gu_tma is not None or down_tma is not None) and x.is_cuda
 
     def run(x, w_gate, w_up, w_down):
         h = torch.empty((T, F), device=device, dtype=dtype)
         out = torch.empty((T, D), device=device, dtype=dtype)
-        gate_up(x, w_gate, w_up, h)
-        down(h, w_down, out)
+        if allocator:  # device-side descriptors need Triton's scratch allocator (another kernel may have set its own)
+            triton.set_allocator(_tma_scratch)
+        if gu_tma is not None and _tma_rows(x) and _tma_rows(w_gate) and _tma_rows(w_up):
+            for launch_gu in gu_tma:
+                launch_gu(x, w_gate, w_up, h)
+        else:
+            gate_up(x, w_gate, w_up, h)
+        if down_tma is not None and _tma_rows(w_down):
+            down_tma(h, w_down, w_down, out)
+        else:
+            down(h, w_down, out)
         return out
     return run
 
 
+def _persistent_meta(bm, bn, bk, warps, stages, programs):
+    return dict(BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
+                FLATTEN=PERSISTENT_LOOP == "flatten", num_warps=warps, num_stages=stages)
+
+
+def _persistent_gate_up(x, w_gate, w_up, T, F, D):
+    """The persistent gate/up launches of GU_ORDER, each a function of (x, w_gate, w_up, h)."""
+    (gbm, gbn, gbk, gw, gs), _, _ = _configs(x.dtype)
+    programs = _programs(x)
+    grid = (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),)
+    meta = _persistent_meta(gbm, gbn, gbk, gw, gs, programs)
+    if GU_ORDER == "split":  # g into h's buffer, then h = silu(g) * u over it
+        gate = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_gate.stride(0), 0, F), GATED=False, **meta)
+        up = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_up.stride(0), 0, F), GATED=False,
+                      GATE_IN=True, **meta)
+        return (lambda x, w_gate, w_up, h: gate(x, w_gate, w_gate, h),
+                lambda x, w_gate, w_up, h: up(x, w_up, w_up, h))
+    both = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_gate.stride(0), w_up.stride(0), F),
+                    GATED=True, SEQUENTIAL=GU_ORDER == "sequential", **meta)
+    return (both,)
+
+
 def mlp_full(x, w_gate, w_up, w_down):
-    """kernel_fn's every path, decided afresh at each call."""
+    """kernel_fn's every path, decided afresh at each call (a tensor subclass's, while tracing)."""
     assert x.dim() == 2 and w_gate.shape == w_up.shape and w_gate.shape[1] == x.shape[1], "x[T,D], w[F,D]"
     assert w_down.shape == (x.shape[1], w_gate.shape[0]), "w_down[D,F]"
     assert x.dtype == w_gate.dtype == w_up.dtype == w_down.dtype, "one dtype for all inputs"
@@ -414,52 +458,4 @@ def mlp_full(x, w_gate, w_up, w_down):
         return out
     if F == 0:
         return out.zero_()
-    (gbm, gbn, gbk, gw, gs), (dbm, dbn, dbk, dw, ds), precision = _configs(x.dtype)
-
-    h = torch.empty((T, F), device=x.device, dtype=x.dtype)
-    persistent = x.dtype != torch.float32 and (GU_VARIANT == "persistent" or DOWN_VARIANT == "persistent")
-    if persistent:
-        programs = _programs(x)
-        if x.is_cuda:
-            triton.set_allocator(_tma_scratch)
-    if (persistent and GU_VARIANT == "persistent" and _tma_rows(x) and _tma_rows(w_gate) and _tma_rows(w_up)
-            and _tma_rows(h)):
-        grid = (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),)
-        meta = dict(BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
-                    FLATTEN=PERSISTENT_LOOP == "flatten", num_warps=gw, num_stages=gs)
-        if GU_ORDER == "split":  # g into h's buffer, then h = silu(g) * u over it
-            launch(_persistent_kernel, grid, x, w_gate, w_gate, h, T, F, D, x.stride(0), w_gate.stride(0), 0,
-                   h.stride(0), GATED=False, **meta)
-            launch(_persistent_kernel, grid, x, w_up, w_up, h, T, F, D, x.stride(0), w_up.stride(0), 0,
-                   h.stride(0), GATED=False, GATE_IN=True, **meta)
-        else:
-            launch(_persistent_kernel, grid, x, w_gate, w_up, h, T, F, D, x.stride(0), w_gate.stride(0),
-                   w_up.stride(0), h.stride(0), GATED=True, SEQUENTIAL=GU_ORDER == "sequential", **meta)
-    else:
-        _gate_up_pointer(x, w_gate, w_up, h, (gbm, gbn, gbk, gw, gs), precision)
-    if persistent and DOWN_VARIANT == "persistent" and _tma_rows(h) and _tma_rows(w_down) and _tma_rows(out):
-        launch(_persistent_kernel, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
-            h, w_down, w_down, out, T, D, F, h.stride(0), w_down.stride(0), 0, out.stride(0),
-            BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
-            FLATTEN=PERSISTENT_LOOP == "flatten", GATED=False, num_warps=dw, num_stages=ds,
-        )
-        return out
-    launch(_down_kernel, (cdiv(T, dbm) * cdiv(D, dbn),),
-        h, w_down, out, T, D, F,
-        *h.stride(), *w_down.stride(), *out.stride(),
-        BM=dbm, BN=dbn, BK=dbk, GROUP=GROUP_M, EVEN_K=(F % dbk == 0), PRECISION=precision,
-        num_warps=dw, num_stages=ds,
-    )
-    return out
-
-
-def _gate_up_pointer(x, w_gate, w_up, h, tiles, precision):
-    T, D = x.shape
-    F = w_gate.shape[0]
-    gbm, gbn, gbk, gw, gs = tiles
-    launch(_gate_up_kernel, (cdiv(T, gbm) * cdiv(F, gbn),),
-        x, w_gate, w_up, h, T, F, D,
-        *x.stride(), *w_gate.stride(), *w_up.stride(), *h.stride(),  # one call per tensor: host time
-        BM=gbm, BN=gbn, BK=gbk, GROUP=GROUP_M, EVEN_K=(D % gbk == 0), PRECISION=precision,
-        num_warps=gw, num_stages=gs,
-    )
+    return _plan(x, w_gate, w_up, w_down)(x, w_gate, w_up, w_down)
