@@ -271,6 +271,14 @@ def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
     fp32 = set(effective_names(source, dict(config, GU_VARIANT="persistent"), "fp32"))
     assert "FP32_PRECISION" in fp32 and not any(n.startswith(("GU_", "DOWN_")) for n in fp32)
     assert not switches & fp32
+    # the committed start's ring tries both other gate/up orders within its first four members (a
+    # kernel behind the library is explored for four experiments)
+    from autokernel.proposers.search import ring_of
+
+    kf = read_kernel_file(starter_path("fused_mlp", "triton"))
+    names = effective_names(source, kf.config, "bf16")
+    ring = ring_of(kf.config, kf.search_space, names, kf.structural, seed=0)
+    assert [m["GU_ORDER"] for m in ring[:4:2]] == ["sequential", "split"]
 
 
 def test_fused_mlp_valid_config_counts_the_epilogue_buffer():
