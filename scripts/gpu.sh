@@ -3,7 +3,7 @@
 # but no package index and none of sqlmodel, pydantic, SQLAlchemy or GitPython.
 #
 # On the CPU machine, from the repo root, fetch the missing wheels into .whl/ (ignored by git):
-#     ../shared/device/wheels.sh
+#     ../shared/device/wheels.sh tenacity optuna colorlog
 # take .whl/ along with the repository, then on the GPU machine, from the repo root:
 #     bash scripts/gpu.sh pytest -q                          # the test suite, GPU tests included
 #     bash scripts/gpu.sh autokernel profile --model llama-7b
@@ -33,6 +33,12 @@ if [[ "$(cat "$site/.autokernel-wheels" 2>/dev/null)" != "$want" ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "${wheels[@]}"
   echo "$want" > "$site/.autokernel-wheels"
+  # a package the project needs that the wheels lack would fail deep inside a long command (the
+  # search agent without Optuna did, after a profile): name it once, at install time
+  missing="$(PYTHONPATH="$site" python3 -c 'import importlib.util as u
+print(" ".join(m for m in ("sqlmodel", "sqlalchemy", "pydantic", "git", "optuna", "tenacity") if u.find_spec(m) is None))')"
+  [[ -z "$missing" ]] || echo "gpu.sh: the wheels in .whl/ lack: $missing (run ../shared/device/wheels.sh" \
+    "tenacity optuna colorlog on a machine with a package index)" >&2
 fi
 export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
