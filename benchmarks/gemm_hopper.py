@@ -122,6 +122,9 @@ MLP_CANDIDATES = {
     "persistent gate/up split 128x256 s3 + down 128x256 s4, sub2": dict(
         _mlp(3, 4, 2), GU_ORDER="split", GU_BLOCK_N=256),
     "persistent gate/up split 128x128 s4 + down 128x256 s4, sub2": dict(_mlp(4, 4, 2), GU_ORDER="split"),
+    # ... with the last wave's tiles in half-width pieces (TAIL_NARROW: 5.2 waves of 128x256 at N = 11008)
+    "persistent gate/up split 128x256 s3 + down 128x256 s4, sub2, tail 2": dict(
+        _mlp(3, 4, 2), GU_ORDER="split", GU_BLOCK_N=256, TAIL_NARROW=2),
 }
 
 

@@ -257,6 +257,40 @@ def test_fused_mlp_prepared_plan_checks_each_calls_addresses_for_tma(tmp_path, m
     assert len(mod._PLANS) == 1
 
 
+@pytest.mark.parametrize("order", ["together", "sequential", "split"])
+def test_fused_mlp_tail_pieces_cover_the_last_wave(tmp_path, monkeypatch, order):
+    """TAIL_NARROW: the tiles past the last full wave of programs go to a second launch as narrower
+    pieces, where the pieces fit in one wave (the interpreter has 3 programs)."""
+    cfg = {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 1, "GU_ORDER": order,
+           "TAIL_NARROW": 2, "GU_BLOCK_M": 32, "GU_BLOCK_N": 32, "GU_BLOCK_K": 32, "DOWN_BLOCK_M": 32,
+           "DOWN_BLOCK_N": 64, "DOWN_BLOCK_K": 32}
+    base = MLP.kernel_file("triton").config
+    mod = _load(MLP, cfg, tmp_path)
+    assert mod.valid_config(dict(base, **cfg))
+    assert not mod.valid_config(dict(base, **dict(cfg, EPILOGUE_SUBTILE=2)))  # 8-column pieces
+    seen = _spy(mod, monkeypatch, ["_persistent_kernel"])
+    dtype = torch.float16
+    gu_role = "plain" if order == "split" else "gated"
+    full, tail = ((3,), 32, 1), ((2,), 16, 2)  # 3 programs over the full waves; 2 half-width pieces
+    down = [((3,), 64, 1, "plain"), ((2,), 32, 2, "plain")]  # 4 down tiles: a wave of 3 and a tail of 1
+    cases = [
+        # 10 gate/up tiles: 3 waves and a tail of 1, in 2 pieces
+        ({"tokens": 64, "hidden": 96, "ffn": 160}, [full, tail]),
+        # 8 gate/up tiles: a tail of 2 would be 4 pieces on 3 programs: one launch for all 8
+        ({"tokens": 64, "hidden": 128, "ffn": 128}, [full]),
+    ]
+    for shape, gu in cases:
+        seen.clear()
+        args = MLP.make(shape, dtype, MLP.gen(47))
+        MLP.check(mod.kernel_fn(*args), args, dtype)
+        expect = [l + (gu_role,) for l in gu]
+        if order == "split":
+            expect += [l + ("gate_in",) for l in gu]
+        got = [(grid, kw["BN"], kw.get("NARROW", 1),
+                "gated" if kw.get("GATED") else "gate_in" if kw.get("GATE_IN") else "plain") for _, grid, kw in seen]
+        assert got == expect + down, got
+
+
 def test_fused_mlp_search_spends_no_trial_on_switches_its_dtype_never_reads():
     source = starter_path("fused_mlp", "triton").read_text()
     config = dict(read_kernel_file(starter_path("fused_mlp", "triton")).config, GU_VARIANT="pointer",
@@ -309,7 +343,8 @@ def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
     bench = _bench()
     groups = [(MM, bench.CANDIDATES, torch.float16, {"M": 256, "N": 512, "K": 256}),
               (MM, bench.FP32_CANDIDATES, torch.float32, {"M": 128, "N": 256, "K": 64}),
-              (MLP, bench.MLP_CANDIDATES, torch.float16, {"tokens": 256, "hidden": 256, "ffn": 256})]
+              # ffn 512: 4 gate/up tiles of 128x256 on the interpreter's 3 programs leave a tail of one
+              (MLP, bench.MLP_CANDIDATES, torch.float16, {"tokens": 256, "hidden": 256, "ffn": 512})]
     jobs = []
     for kernel, candidates, dtype, shape in groups:
         for label, overrides in candidates.items():
@@ -323,7 +358,8 @@ def test_every_benchmark_candidate_compiles_for_sm90a(tmp_path):
                     jobs.append(job(label, rec, programs=132))  # the H200's SMs
                 elif label.startswith("pointer") and rec.name == "_matmul_tile_kernel":
                     jobs.append(job(label, rec))
-    assert len(jobs) == 9 + 2 + 2 + 5 + 2 + 3 + 3  # MLP: sequential 2 launches, each split 3
+    # MLP: sequential 2 launches, each split 3, split with a narrow tail 5 (gate and up twice each)
+    assert len(jobs) == 9 + 2 + 2 + 5 + 2 + 3 + 3 + 5
     results = compile_sm90(jobs, tmp_path)
     for r in results:
         assert "error" not in r and r["ok"], r

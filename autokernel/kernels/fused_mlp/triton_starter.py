@@ -26,6 +26,11 @@ each in 0.247 ms, 749 TFLOP/s):
   one-accumulator size (128x256): the first writes g = x @ Wg^T into h's buffer, the second
   computes u and, in its epilogue, loads its own g tile back and writes h = silu(g) * u over it.
   g goes to memory and back once (2 x T x F elements), rounded to the input dtype as eager does.
+
+TAIL_NARROW (persistent kernels): the tiles that do not fill a last wave of programs (at N = 11008,
+688 tiles of 128x256 on 132 SMs leave 28 for a sixth wave that takes as long as a full one) are
+walked by a second launch as TAIL_NARROW column pieces each, so that more programs share the last
+wave; only where the pieces fit in one wave. 1: off.
 """
 
 import functools
@@ -73,6 +78,7 @@ DOWN_VARIANT = "persistent"
 EPILOGUE_SUBTILE = 2
 PERSISTENT_LOOP = "flatten"
 GU_ORDER = "together"
+TAIL_NARROW = 1
 # fp32 inputs, both kernels
 FP32_BLOCK_M = 64
 FP32_BLOCK_N = 64
@@ -98,6 +104,7 @@ SEARCH_SPACE = {
     "EPILOGUE_SUBTILE": [1, 2],
     "PERSISTENT_LOOP": ["plain", "flatten"],
     "GU_ORDER": ["together", "sequential", "split"],
+    "TAIL_NARROW": [1, 2, 4],
     "FP32_BLOCK_M": [32, 64, 128],
     "FP32_BLOCK_N": [32, 64, 128],
     "FP32_BLOCK_K": [16, 32],
@@ -136,7 +143,10 @@ def valid_config(cfg):
               + 2 * cfg["GU_BLOCK_M"] * cfg["GU_BLOCK_N"] // sub * 2)
     gu_regs = (1 if split else 2) * cfg["GU_BLOCK_M"] * cfg["GU_BLOCK_N"] // (32 * cfg["GU_NUM_WARPS"])
     down_regs = cfg["DOWN_BLOCK_M"] * cfg["DOWN_BLOCK_N"] // (32 * cfg["DOWN_NUM_WARPS"])
-    return max(gu, down, f32) <= SMEM_LIMIT and gu_regs <= 256 and down_regs <= 256
+    # a tail piece's store is at least 16 columns wide (TMA boxes of 32 bytes and up)
+    narrow = cfg.get("TAIL_NARROW", 1)
+    pieces = min(cfg["GU_BLOCK_N"], cfg["DOWN_BLOCK_N"]) // (narrow * sub) >= 16
+    return max(gu, down, f32) <= SMEM_LIMIT and gu_regs <= 256 and down_regs <= 256 and pieces
 
 
 def effective_config(cfg, dtype):
@@ -144,13 +154,14 @@ def effective_config(cfg, dtype):
     # tiles; the persistent switches matter only where a 16-bit variant is "persistent", GU_ORDER
     # only where the gate/up one is: the search does not spend trials on tunables the kernel never reads
     if dtype == "float32":
-        unused = [k for k in cfg if k.startswith(("GU_", "DOWN_"))] + ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP"]
+        unused = [k for k in cfg if k.startswith(("GU_", "DOWN_"))] + ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP",
+                                                                        "TAIL_NARROW"]
     else:
         unused = [k for k in cfg if k.startswith("FP32_")]
         if cfg.get("GU_VARIANT") != "persistent":
             unused.append("GU_ORDER")
             if cfg.get("DOWN_VARIANT") != "persistent":
-                unused += ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP"]
+                unused += ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TAIL_NARROW"]
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
@@ -272,18 +283,25 @@ def _gate_in_store(desc, off_m, off_n, u, BM: tl.constexpr, BN: tl.constexpr, SU
 
 
 @triton.jit
-def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w, stride_w2, stride_cm,
+def _tile_offsets(t, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr, FIRST, NARROW: tl.constexpr):
+    # tile t of a launch: piece t % NARROW (BN wide) of the (FIRST + t // NARROW)-th tile BN * NARROW
+    # wide in the grouped order (NARROW 1: the launch's own tiles)
+    pid_m, pid_n = _tile_ids(FIRST + t // NARROW, M, N, BM, BN * NARROW, GROUP)
+    return pid_m * BM, pid_n * (BN * NARROW) + (t % NARROW) * BN
+
+
+@triton.jit
+def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w, stride_w2, stride_cm, FIRST, COUNT,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                        PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, GATED: tl.constexpr,
-                       SEQUENTIAL: tl.constexpr = False, GATE_IN: tl.constexpr = False):
+                       SEQUENTIAL: tl.constexpr = False, GATE_IN: tl.constexpr = False, NARROW: tl.constexpr = 1):
     """c = a @ W^T for a K-contiguous W [N, K] (the down projection, or the first half of "split"),
     with GATED c = silu(a @ W^T) * (a @ W2^T) (gate/up: both products in one K loop, or with
     SEQUENTIAL one K loop after the other), with GATE_IN c = silu(c) * (a @ W^T) (the second half of
     "split": c holds g on entry, each program reads its own tile before writing it); PROGRAMS
-    programs walk the [BM, BN] tiles of c."""
+    programs walk COUNT [BM, BN] tiles of c: from the FIRST in the grouped order, or with NARROW > 1
+    the pieces of the tiles NARROW times as wide from the FIRST of those (a tail, see TAIL_NARROW)."""
     start = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1], block_shape=[BN, BK])
@@ -292,30 +310,30 @@ def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BM, BN // SUBTILE])
     # the epilogue's tile comes from its own counter (see the matmul starter's persistent kernel)
     tile_c = start - PROGRAMS
-    for tile in tl.range(start, num_m * num_n, PROGRAMS, flatten=FLATTEN):
-        pid_m, pid_n = _tile_ids(tile, M, N, BM, BN, GROUP)
+    for tile in tl.range(start, COUNT, PROGRAMS, flatten=FLATTEN):
+        off_m, off_n = _tile_offsets(tile, M, N, BM, BN, GROUP, FIRST, NARROW)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         if GATED:
             acc_u = tl.zeros((BM, BN), dtype=tl.float32)
         if GATED and SEQUENTIAL:
             for ki in range(k_tiles):
-                acc = tl.dot(a_desc.load([pid_m * BM, ki * BK]), w_desc.load([pid_n * BN, ki * BK]).T, acc)
+                acc = tl.dot(a_desc.load([off_m, ki * BK]), w_desc.load([off_n, ki * BK]).T, acc)
             for ki in range(k_tiles):
-                acc_u = tl.dot(a_desc.load([pid_m * BM, ki * BK]), w2_desc.load([pid_n * BN, ki * BK]).T, acc_u)
+                acc_u = tl.dot(a_desc.load([off_m, ki * BK]), w2_desc.load([off_n, ki * BK]).T, acc_u)
         else:
             for ki in range(k_tiles):
-                a = a_desc.load([pid_m * BM, ki * BK])
-                acc = tl.dot(a, w_desc.load([pid_n * BN, ki * BK]).T, acc)
+                a = a_desc.load([off_m, ki * BK])
+                acc = tl.dot(a, w_desc.load([off_n, ki * BK]).T, acc)
                 if GATED:
-                    acc_u = tl.dot(a, w2_desc.load([pid_n * BN, ki * BK]).T, acc_u)
+                    acc_u = tl.dot(a, w2_desc.load([off_n, ki * BK]).T, acc_u)
         tile_c += PROGRAMS
-        pid_m, pid_n = _tile_ids(tile_c, M, N, BM, BN, GROUP)
+        off_m, off_n = _tile_offsets(tile_c, M, N, BM, BN, GROUP, FIRST, NARROW)
         if GATED:  # silu in fp32, as the pointer kernel; h is written once
             acc = acc * tl.sigmoid(acc) * acc_u
         if GATE_IN:
-            _gate_in_store(c_desc, pid_m * BM, pid_n * BN, acc, BM, BN, SUBTILE)
+            _gate_in_store(c_desc, off_m, off_n, acc, BM, BN, SUBTILE)
         else:
-            _store_tile(c_desc, pid_m * BM, pid_n * BN, acc, BM, BN, SUBTILE)
+            _store_tile(c_desc, off_m, off_n, acc, BM, BN, SUBTILE)
 
 
 def _tma_rows(t):
@@ -402,10 +420,8 @@ def _plan(x, w_gate, w_up, w_down):
     gu_tma = _persistent_gate_up(x, w_gate, w_up, T, F, D) if tma and GU_VARIANT == "persistent" else None
     down_tma = None
     if tma and DOWN_VARIANT == "persistent" and sixteen(D):
-        programs = _programs(x)
-        down_tma = Prepared(_persistent_kernel, (min(programs, cdiv(T, dbm) * cdiv(D, dbn)),),
-                            (T, D, F, F, w_down.stride(0), 0, D), **_persistent_meta(dbm, dbn, dbk, dw, ds, programs),
-                            GATED=False)
+        down_tma = _persistent((T, D, F, F, w_down.stride(0), 0, D), (dbm, dbn, dbk, dw, ds), _programs(x),
+                               GATED=False)
     allocator = (gu_tma is not None or down_tma is not None) and x.is_cuda
 
     def run(x, w_gate, w_up, w_down):
@@ -419,33 +435,48 @@ def _plan(x, w_gate, w_up, w_down):
         else:
             gate_up(x, w_gate, w_up, h)
         if down_tma is not None and _tma_rows(w_down):
-            down_tma(h, w_down, w_down, out)
+            for launch_down in down_tma:
+                launch_down(h, w_down, w_down, out)
         else:
             down(h, w_down, out)
         return out
     return run
 
 
-def _persistent_meta(bm, bn, bk, warps, stages, programs):
-    return dict(BM=bm, BN=bn, BK=bk, GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE,
-                FLATTEN=PERSISTENT_LOOP == "flatten", num_warps=warps, num_stages=stages)
+def _persistent(rest, tiling, programs, **flags):
+    """The persistent kernel's launches over the [M, N] output of `rest` (M, N, K and the row strides
+    of a, w, w2, c) at `tiling` (BM, BN, BK, warps, stages): one walking every tile, or with
+    TAIL_NARROW one for the full waves and one for the last wave's tiles in narrower pieces, where
+    those pieces fit in one wave."""
+    bm, bn, bk, warps, stages = tiling
+    M, N = rest[0], rest[1]
+    tiles = cdiv(M, bm) * cdiv(N, bn)
+    tail = tiles % programs
+    narrow = TAIL_NARROW if tail and 1 < TAIL_NARROW and tail * TAIL_NARROW <= programs else 1
+    full = tiles - tail if narrow > 1 else tiles
+    meta = dict(GROUP=GROUP_M, PROGRAMS=programs, SUBTILE=EPILOGUE_SUBTILE, FLATTEN=PERSISTENT_LOOP == "flatten",
+                num_warps=warps, num_stages=stages, **flags)
+    launches = []
+    if full:
+        launches.append(Prepared(_persistent_kernel, (min(programs, full),), rest + (0, full), BM=bm, BN=bn, BK=bk,
+                                 **meta))
+    if narrow > 1:
+        launches.append(Prepared(_persistent_kernel, (tail * narrow,), rest + (full, tail * narrow), BM=bm,
+                                 BN=bn // narrow, BK=bk, NARROW=narrow, **meta))
+    return tuple(launches)
 
 
 def _persistent_gate_up(x, w_gate, w_up, T, F, D):
     """The persistent gate/up launches of GU_ORDER, each a function of (x, w_gate, w_up, h)."""
-    (gbm, gbn, gbk, gw, gs), _, _ = _configs(x.dtype)
+    tiling, _, _ = _configs(x.dtype)
     programs = _programs(x)
-    grid = (min(programs, cdiv(T, gbm) * cdiv(F, gbn)),)
-    meta = _persistent_meta(gbm, gbn, gbk, gw, gs, programs)
     if GU_ORDER == "split":  # g into h's buffer, then h = silu(g) * u over it
-        gate = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_gate.stride(0), 0, F), GATED=False, **meta)
-        up = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_up.stride(0), 0, F), GATED=False,
-                      GATE_IN=True, **meta)
-        return (lambda x, w_gate, w_up, h: gate(x, w_gate, w_gate, h),
-                lambda x, w_gate, w_up, h: up(x, w_up, w_up, h))
-    both = Prepared(_persistent_kernel, grid, (T, F, D, x.stride(0), w_gate.stride(0), w_up.stride(0), F),
-                    GATED=True, SEQUENTIAL=GU_ORDER == "sequential", **meta)
-    return (both,)
+        gate = _persistent((T, F, D, x.stride(0), w_gate.stride(0), 0, F), tiling, programs, GATED=False)
+        up = _persistent((T, F, D, x.stride(0), w_up.stride(0), 0, F), tiling, programs, GATED=False, GATE_IN=True)
+        return (tuple((lambda x, w_gate, w_up, h, g=g: g(x, w_gate, w_gate, h)) for g in gate)
+                + tuple((lambda x, w_gate, w_up, h, u=u: u(x, w_up, w_up, h)) for u in up))
+    return _persistent((T, F, D, x.stride(0), w_gate.stride(0), w_up.stride(0), F), tiling, programs,
+                       GATED=True, SEQUENTIAL=GU_ORDER == "sequential")
 
 
 def mlp_full(x, w_gate, w_up, w_down):
