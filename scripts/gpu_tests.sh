@@ -7,7 +7,8 @@
 # Groups: judge (the profiled call's guards, the anti-cheat cost, the planted cheats: ~9 minutes on the
 # H100), judge_rest (timing, refill, the KB judge, baselines, the isolated verify, the sandbox),
 # loop (the screen and a short loop), kernels (every kernel type's GPU tests), kb (the generated
-# KernelBench starts), apply (custom ops under torch.compile, the launcher). A file's box is FILE_S
+# KernelBench starts), apply (custom ops under torch.compile, the launcher), mlp (the fused_mlp starter's
+# GPU tests and the Hopper GEMM tests: its persistent default and gate/up orders). A file's box is FILE_S
 # seconds (default 150), cut short by what is left of BUDGET_S (default 560) for the whole call: a
 # device call has a hard limit, and whatever ran must come back with its reasons. Logs go to $OUT
 # (default ./out). An item FILE@S gets a box of S seconds instead; FILE%all runs all of the file's
@@ -36,6 +37,7 @@ declare -A SETS=(
   [kernels]="$(ls tests/test_kernels_*.py 2>/dev/null | tr '\n' ' ')"
   [kb]="tests/test_kb_ops_gpu.py"
   [apply]="tests/test_apply_gpu.py tests/test_launcher.py"
+  [mlp]="tests/test_kernels_fused_mlp.py@300 tests/test_matmul_hopper.py@240"
 )
 
 if [[ $# -eq 0 ]]; then
