@@ -36,7 +36,8 @@ if [[ "$(cat "$site/.autokernel-wheels" 2>/dev/null)" != "$want" ]]; then
   # a package the project needs that the wheels lack would fail deep inside a long command (the
   # search agent without Optuna did, after a profile): name it once, at install time
   missing="$(PYTHONPATH="$site" python3 -c 'import importlib.util as u
-print(" ".join(m for m in ("sqlmodel", "sqlalchemy", "pydantic", "git", "optuna", "tenacity") if u.find_spec(m) is None))')"
+print(" ".join(m for m in ("sqlmodel", "sqlalchemy", "pydantic", "git", "optuna", "tenacity") if u.find_spec(m) is None))' \
+    || true)"  # a warning only: never the reason the command does not run
   [[ -z "$missing" ]] || echo "gpu.sh: the wheels in .whl/ lack: $missing (run ../shared/device/wheels.sh" \
     "tenacity optuna colorlog on a machine with a package index)" >&2
 fi
