@@ -253,33 +253,27 @@ def _down_kernel(a_ptr, w_ptr, c_ptr, M, N, K,
 
 
 @triton.jit
-def _store_tile(desc, off_m, off_n, tile, BM: tl.constexpr, BN: tl.constexpr, SUBTILE: tl.constexpr):
-    # the TMA store of a [BM, BN] tile, in SUBTILE (1 or 2) column pieces; clipped at the edges
+def _put(desc, off_m, off_n, piece, GATE_IN: tl.constexpr):
+    # one column piece of the tile: stored, or with GATE_IN ("split"'s epilogue) the piece of g the
+    # first launch stored read back (rounded to the input dtype, as eager's) and silu(g) * piece
+    # written over it, in fp32
+    if GATE_IN:
+        g = desc.load([off_m, off_n]).to(tl.float32)
+        piece = g * tl.sigmoid(g) * piece
+    desc.store([off_m, off_n], piece.to(desc.dtype))
+
+
+@triton.jit
+def _store_tile(desc, off_m, off_n, tile, BM: tl.constexpr, BN: tl.constexpr, SUBTILE: tl.constexpr,
+                GATE_IN: tl.constexpr):
+    # the TMA store of a [BM, BN] tile, in SUBTILE (1 or 2) column pieces; clipped at the edges (a
+    # GATE_IN piece's g buffer is then the store's size, not the whole tile's)
     if SUBTILE == 1:
-        desc.store([off_m, off_n], tile.to(desc.dtype))
+        _put(desc, off_m, off_n, tile, GATE_IN)
     else:
         left, right = tl.split(tl.permute(tl.reshape(tile, (BM, 2, BN // 2)), (0, 2, 1)))
-        desc.store([off_m, off_n], left.to(desc.dtype))
-        desc.store([off_m, off_n + BN // 2], right.to(desc.dtype))
-
-
-@triton.jit
-def _gated(desc, off_m, off_n, u):
-    # silu(g) * u in fp32, g as the first launch stored it (rounded to the input dtype, as eager's)
-    g = desc.load([off_m, off_n]).to(tl.float32)
-    desc.store([off_m, off_n], (g * tl.sigmoid(g) * u).to(desc.dtype))
-
-
-@triton.jit
-def _gate_in_store(desc, off_m, off_n, u, BM: tl.constexpr, BN: tl.constexpr, SUBTILE: tl.constexpr):
-    # "split"'s epilogue: read the g tile back and write h over it, a column piece at a time (the
-    # same pieces as _store_tile: the g piece's buffer is the store's size, not the whole tile's)
-    if SUBTILE == 1:
-        _gated(desc, off_m, off_n, u)
-    else:
-        left, right = tl.split(tl.permute(tl.reshape(u, (BM, 2, BN // 2)), (0, 2, 1)))
-        _gated(desc, off_m, off_n, left)
-        _gated(desc, off_m, off_n + BN // 2, right)
+        _put(desc, off_m, off_n, left, GATE_IN)
+        _put(desc, off_m, off_n + BN // 2, right, GATE_IN)
 
 
 @triton.jit
@@ -330,10 +324,7 @@ def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w
         off_m, off_n = _tile_offsets(tile_c, M, N, BM, BN, GROUP, FIRST, NARROW)
         if GATED:  # silu in fp32, as the pointer kernel; h is written once
             acc = acc * tl.sigmoid(acc) * acc_u
-        if GATE_IN:
-            _gate_in_store(c_desc, off_m, off_n, acc, BM, BN, SUBTILE)
-        else:
-            _store_tile(c_desc, off_m, off_n, acc, BM, BN, SUBTILE)
+        _store_tile(c_desc, off_m, off_n, acc, BM, BN, SUBTILE, GATE_IN)
 
 
 def _tma_rows(t):
