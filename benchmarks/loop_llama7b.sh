@@ -50,9 +50,9 @@ if p.db.exists():
     print(r.id if r else "")
 PY
 )"
+# (PHASE=verify skips the loop and verifies the run in $OUT/loop.json, or else the latest one)
 if [[ "$PHASE" != verify ]]; then
   if [[ "${RESUME:-0}" == 1 && -n "$last_run" ]]; then
-    # (PHASE=verify skips the loop and verifies the run in $OUT/loop.json, or else the latest one)
     ak loop --resume "$last_run" --hours "$HOURS" --no-verify --json "$@" | tee "$OUT/loop.json"
   else
     ak loop --model llama-7b --agent search --hours "$HOURS" --batch 1 --seq 2048 --dtype bf16 \
