@@ -561,12 +561,21 @@ def _config(dtype):
     return BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, None
 
 
+def _base_aligned(t):
+    """t's first element is 16-byte aligned. A fake or functional tensor (torch.compile or a triton_op
+    being traced) has no memory to ask, and asking warns; Inductor's buffers start 16-byte aligned and it
+    copies graph inputs that do not, so there its storage offset decides."""
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+        return t.data_ptr() % 16 == 0
+    return (t.storage_offset() * t.element_size()) % 16 == 0
+
+
 def tma_ok(t):
     """TMA can describe t's [seq, head_dim] planes: unit head-dim stride, 16-byte aligned base and
     sequence stride, and 16-byte aligned batch / head strides where those dims are walked (a
     [B,S,H,D]-transposed view qualifies when D * element size is a multiple of 16)."""
     es = t.element_size()
-    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0 and (t.stride(2) * es) % 16 == 0
+    return (t.stride(3) == 1 and _base_aligned(t) and (t.stride(2) * es) % 16 == 0
             and all((t.stride(i) * es) % 16 == 0 for i in (0, 1) if t.shape[i] > 1))
 
 

@@ -501,11 +501,20 @@ def _gemv(a, b, c):
     return c
 
 
+def _base_aligned(t):
+    """t's first element is 16-byte aligned. A fake or functional tensor (torch.compile or a triton_op
+    being traced) has no memory to ask, and asking warns; Inductor's buffers start 16-byte aligned and it
+    copies graph inputs that do not, so there its storage offset decides."""
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+        return t.data_ptr() % 16 == 0
+    return (t.storage_offset() * t.element_size()) % 16 == 0
+
+
 def _tma_ok(t, inner_dim):
     """TMA needs a unit inner stride, a 16-byte aligned base and 16-byte aligned outer strides."""
     outer = 1 - inner_dim
     es = t.element_size()
-    return (t.stride(inner_dim) == 1 and t.data_ptr() % 16 == 0 and (t.stride(outer) * es) % 16 == 0
+    return (t.stride(inner_dim) == 1 and _base_aligned(t) and (t.stride(outer) * es) % 16 == 0
             and t.shape[outer] > 0)
 
 
