@@ -327,9 +327,18 @@ def _persistent_kernel(a_ptr, w_ptr, w2_ptr, c_ptr, M, N, K, stride_am, stride_w
         _store_tile(c_desc, off_m, off_n, acc, BM, BN, SUBTILE, GATE_IN)
 
 
+def _base_aligned(t):
+    """t's first element is 16-byte aligned. A fake or functional tensor (torch.compile or a triton_op
+    being traced) has no memory to ask, and asking warns; Inductor's buffers start 16-byte aligned and it
+    copies graph inputs that do not, so there its storage offset decides."""
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+        return t.data_ptr() % 16 == 0
+    return (t.storage_offset() * t.element_size()) % 16 == 0
+
+
 def _tma_rows(t):
     """TMA can describe t as [rows, cols]: unit column stride, 16-byte aligned base and row stride."""
-    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+    return (t.stride(1) == 1 and _base_aligned(t) and (t.stride(0) * t.element_size()) % 16 == 0
             and t.shape[0] > 0)
 
 
