@@ -15,7 +15,8 @@ worktrees, and re-applies a kept verdict whose fast-forward had not happened yet
 the store, so nothing is lost or counted twice; time spent comes from the rows' durations.
 
 Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
-run by more than the noise: new < best - max(iqr_new, iqr_best, 1% of best).
+run by more than the noise: new < best - max((iqr_new + iqr_best) / 2, 1% of best)
+(autokernel.orchestrator.noise_us says why).
 
 Abandoned experiments are not counted as tried configurations the first time (they never got a
 verdict); see proposers/search.py.

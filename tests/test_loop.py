@@ -86,7 +86,7 @@ def check_invariants(store, ws, kernel, run_id):
             best, best_iqr = e.latency_us, e.latency_iqr_us
             assert e.commit == kernel.base_commit
         elif e.status == "kept":
-            noise = max(e.latency_iqr_us or 0, best_iqr or 0, 0.01 * best)
+            noise = max(((e.latency_iqr_us or 0) + (best_iqr or 0)) / 2, 0.01 * best)
             assert e.latency_us < best - noise
             best, best_iqr, last_kept = e.latency_us, e.latency_iqr_us, e
         elif e.status == "reverted":

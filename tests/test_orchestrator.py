@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autokernel.amdahl import kernel_speedup, model_speedup
-from autokernel.orchestrator import Orchestrator, run_elapsed_s
+from autokernel.orchestrator import Orchestrator, beats, keep_threshold_us, run_elapsed_s
 from autokernel.store import Store
 
 
@@ -39,6 +39,16 @@ def _exp(store, run, k, status, latency=None, pct=None, duration=1.0, config=Non
                                 latency_us=latency, latency_iqr_us=0.1 if latency else None, pct_peak=pct,
                                 duration_s=duration, config_json=config or "{}",
                                 proposer="baseline" if status == "baseline" else "search")
+
+
+def test_keep_rule_wants_the_middle_halves_apart_and_the_floor():
+    # the H200 case: a start timed with a 6.2% IQR, a candidate 4.6% faster with a 3.2% IQR
+    assert beats(899.6, 28.6, 943.28, 58.24)
+    assert not beats(900.0, 30.0, 943.28, 58.24)  # 43.3 us faster, half the IQRs 44.1 us: overlapping
+    assert not beats(991.0, 0.0, 1000.0, 0.0)  # 0.9% faster, no spread: under the 1% floor
+    assert beats(989.0, 0.0, 1000.0, 0.0)
+    assert beats(5.0, 100.0, None, None)  # nothing to beat yet
+    assert keep_threshold_us(1000.0, 40.0) == 980.0 and keep_threshold_us(1000.0, 4.0) == 990.0
 
 
 def test_picks_largest_expected_gain_then_moves_on_from_a_plateau(store):

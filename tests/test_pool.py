@@ -323,7 +323,7 @@ def pooled_invariants(store, ws, kernel, run_id):
     """Numbers unique and contiguous, nothing running, no candidate judged twice, every judged row
     with its judge; in verdict order each keep beat the best before it; the branch holds the last
     keep; every commit pinned by its ref; no worktree left."""
-    from autokernel.orchestrator import NOISE_FLOOR, verdict_order
+    from autokernel.orchestrator import noise_us, verdict_order
 
     rows = store.list_experiments(run_id=run_id)
     assert [e.number for e in rows] == list(range(1, len(rows) + 1))
@@ -338,7 +338,7 @@ def pooled_invariants(store, ws, kernel, run_id):
         if e.status == "baseline":
             best, best_iqr = e.latency_us, e.latency_iqr_us
         elif e.status == "kept":
-            assert e.latency_us < best - max(e.latency_iqr_us or 0, best_iqr or 0, NOISE_FLOOR * best)
+            assert e.latency_us < best - noise_us(e.latency_iqr_us, best_iqr, best)
             best, best_iqr, last_kept = e.latency_us, e.latency_iqr_us, e
     assert ws.read(kernel.name) == ws.read(kernel.name, (last_kept or rows[0]).commit)
     refs = ws.experiment_refs()
