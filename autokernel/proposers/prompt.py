@@ -161,8 +161,8 @@ def position_section(history: Sequence[Any], kernel: KernelContext) -> str:
                      f"{number(b.speedup_vs_eager)}x eager PyTorch, "
                      f"{number(b.speedup_vs_compile)}x torch.compile. The current file is that best version.")
         thr = keep_threshold_us(b.latency_us, b.latency_iqr_us)
-        lines.append(f"Keep threshold: a correct candidate is kept only if its latency is below best - max(its own "
-                     f"IQR, the best's IQR, 1% of best), i.e. under {thr:.2f} us when its own IQR is small.")
+        lines.append(f"Keep threshold: a correct candidate is kept only if its latency is below best - max((its own "
+                     f"IQR + the best's IQR) / 2, 1% of best), i.e. under {thr:.2f} us when its own IQR is small.")
     share = kernel.share or 0.0
     if share > 0:
         twice = model_speedup([(share, 2.0)])
