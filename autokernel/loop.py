@@ -42,7 +42,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     extracted or written; `llm` holds the llm agent's options (llm_model/provider fill its gaps).
     target_mode: what the model runs under, so what a kernel must beat (compile: torch.compile's op,
     GPU time; eager: eager's op, host time included). margin: the screen lets a candidate through
-    within this factor of the best (default 1.2). A given `judge` comes with its `screen` (or none).
+    within this factor of the best (default: screening.default_margin, 1.08 on a GPU, 1.2 on the CPU). A given `judge` comes with its `screen` (or none).
     pool_options (pool.PoolOptions: --gpus, --workers, --ray) judge on a pool (loop_pool.py), but
     one GPU (--gpus 0) is the usual loop with its bench worker pinned there; a given, started
     `pool` is used (and closed) instead."""
@@ -72,7 +72,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
     elif not model:
         raise ConfigError("--model is required (or --resume RUN)")
     target_mode = target_mode or "compile"
-    margin = screening.MARGIN if margin is None else float(margin)
+    margin = screening.default_margin(has_gpu()) if margin is None else float(margin)
     if target_mode not in MODES:
         raise ConfigError(f"--target-mode must be one of {', '.join(MODES)}, not {target_mode!r}")
     if not margin >= 1.0:

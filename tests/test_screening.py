@@ -11,7 +11,7 @@ import time
 from autokernel.bench.result import CORRECT, CRASHED, BenchResult
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.proposers.base import Proposal, SearchExhausted
-from autokernel.screening import fill_library, key_of, plan, recheck, rescreened, stopped
+from autokernel.screening import default_margin, fill_library, key_of, plan, recheck, rescreened, stopped
 
 from test_loop import SHAPES, TINY_REDUCE, add_tiny_kernel
 
@@ -91,6 +91,10 @@ def test_screen_plan_margin_and_keys():
     slow = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=97.0)
     assert not stopped(ok, p) and stopped(slow, p) and not stopped(slow, p, margin=1.25)
     assert plan(start, []) is None  # nothing timed at that shape yet: no screen
+    # the margin by default: tighter on a GPU, whose screen tracks the full timing within a few percent
+    assert default_margin(on_gpu=True) == 1.08 and default_margin(on_gpu=False) == 1.2
+    assert stopped(BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=87.0), p, default_margin(True))
+    assert not stopped(BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=86.0), p, default_margin(True))
     # a stop under 2x the best is screened again; a far-off one (or one within the margin) is not
     far = BenchResult("rmsnorm", "triton", outcome=CORRECT, latency_us=170.0)
     assert recheck(slow, p) and not recheck(ok, p) and stopped(far, p) and not recheck(far, p)
