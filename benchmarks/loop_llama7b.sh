@@ -40,6 +40,13 @@ if [[ -n "${RESTORE_STATE:-}" ]]; then
   tar -C "$(dirname "$AUTOKERNEL_HOME")" -xzf "$RESTORE_STATE"
 fi
 
+# EXTRACT_TOP=N: extract the profile's top N kernels into the (restored) store before the loop, so a
+# resumed run takes on kernels its first call left out (the attention's route, say, which verify uses
+# only for a kernel the run has)
+if [[ -n "${EXTRACT_TOP:-}" ]]; then
+  ak extract --top "$EXTRACT_TOP" >&2
+fi
+
 last_run="$("$PY" - <<'PY'
 import os
 from autokernel.config import resolve_home
@@ -72,7 +79,11 @@ fi
 # first verify that tried them in one call was cut off after 400 s.
 wl=()
 [[ "${VERIFY_WORKLOADS:-prefill:1x2048}" == all ]] || for w in ${VERIFY_WORKLOADS:-prefill:1x2048}; do wl+=(--workload "$w"); done
-ak verify --run "$run_id" "${wl[@]}" --json | tee "$OUT/verify.json" || true
+# --include-slower (VERIFY_ARGS to change it): the workload timing decides per mode and shape, by
+# measurement, which kernels go in; without it a kernel slower than eager alone never reaches it, and
+# neither does its route (flash_attention's lets a plain causal prefill take SDPA's is_causal path)
+read -r -a vargs <<< "${VERIFY_ARGS---include-slower}"
+ak verify --run "$run_id" "${wl[@]}" "${vargs[@]}" --json | tee "$OUT/verify.json" || true
 ak report --run "$run_id" --format tsv --output "$OUT/results.tsv" || true
 ak report --run "$run_id" --format md --output "$OUT/report.md" --plot "$OUT/progress.png" || true
 
