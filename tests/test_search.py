@@ -11,7 +11,7 @@ import pytest
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.orchestrator import config_key
 from autokernel.proposers import SearchExhausted, make_proposer
-from autokernel.proposers.search import SearchProposer, valid_config_fn
+from autokernel.proposers.search import SearchProposer, near_untried, valid_config_fn
 
 SOURCE = '''KERNEL_TYPE = "softmax"
 BACKEND = "triton"
@@ -71,17 +71,19 @@ def test_the_study_learns_where_the_good_configurations_are():
     def latency(cfg):
         return 100.0 * (1 + abs(SPACE["BLOCK"].index(cfg["BLOCK"]) - 4)) * (1 if cfg["VARIANT"] == "c" else 3)
 
-    p = SearchProposer(seed=1, startup=6)
+    p = SearchProposer(seed=1, startup=6, local=0)
     history = [_baseline()]
     history[0].latency_us = latency(parse_source(SOURCE).config)
+    best = dict(parse_source(SOURCE).config)
     for _ in range(16):
-        prop = p.propose(SOURCE, None, history)
+        prop = p.propose(with_config(SOURCE, best), None, history)  # the loop hands over its best
         history.append(_row(prop.config, latency=latency(prop.config)))
+        best = min(best, prop.config, key=latency)
     # 20 of the 51 valid points are within 3x of the best: a random draw finds ~4 in 10
     after_start = [h.latency_us for h in history[7:]]
     assert sum(t <= 300 for t in after_start) >= 7, [(json.loads(h.config_json), h.latency_us) for h in history]
     assert min(after_start) == 100.0  # the best point of the 51
-    assert prop.description.startswith(("tpe #", "draw #"))
+    assert prop.description.startswith(("tpe #", "near #", "draw #"))
 
 
 def test_structural_switches_are_searched_and_named():
@@ -122,7 +124,7 @@ def test_the_first_proposals_are_the_incumbents_ring_then_the_study():
     kinds = [_moved(start, cfg)[0] == "VARIANT" for cfg in ring]
     assert kinds[:4] in ([True, False, True, False], [False, True, False, True])  # alternating while both last
     assert "structure VARIANT=" in next(p.description for p in props[:6] if p.config["VARIANT"] != "a")
-    assert all(prop.description.startswith(("tpe #", "draw #")) for prop in props[6:])
+    assert all(prop.description.startswith(("tpe #", "near #", "draw #")) for prop in props[6:])
 
     # a keep moves the incumbent: the next ring is around the kept configuration (never back to
     # a configuration judged before); NUM_WARPS 8 at BLOCK 64 is invalid and never proposed
@@ -355,3 +357,65 @@ def test_a_missing_optuna_is_one_clear_error_before_any_work(monkeypatch, tmp_pa
         SearchProposer(study_path=tmp_path / "studies.db")
     line = info.value.one_line()
     assert "needs Optuna" in line and "wheels.sh optuna" in line and "\n" not in line
+
+
+def _moves(a: dict, b: dict) -> int:
+    return sum(a[k] != b[k] for k in a)
+
+
+def test_near_untried_walks_out_from_the_incumbent_one_move_then_two():
+    start = parse_source(SOURCE).config  # BLOCK 128, NUM_WARPS 4, VARIANT a
+    names = list(SPACE)
+
+    def accept_untried(tried):
+        return lambda cfg: config_key(cfg) not in tried and _valid(cfg)
+
+    tried = {config_key(start)}
+    first = near_untried(start, SPACE, names, [], tried, accept_untried(tried), seed=0)
+    assert _moves(start, first) == 1 and _valid(first)
+    # every one-move neighbour tried: a two-move one, never further, never an invalid one
+    ones = [dict(start, **{n: v}) for n in names for v in SPACE[n] if v != start[n]]
+    tried |= {config_key(c) for c in ones}
+    for seed in range(5):
+        cfg = near_untried(start, SPACE, names, [], tried, accept_untried(tried), seed)
+        assert _moves(start, cfg) == 2 and _valid(cfg) and config_key(cfg) not in tried
+    # an ordered number moves one step in its list: BLOCK 128 -> 64 or 256, never 32 or 512
+    twos = set()
+    while (cfg := near_untried(start, SPACE, names, [], tried, accept_untried(tried), 0)) is not None:
+        twos.add(config_key(cfg))
+        tried.add(config_key(cfg))
+        assert cfg["BLOCK"] in (64, 128, 256) and cfg["NUM_WARPS"] in (2, 4, 8)
+    assert len(twos) >= 8  # 2 BLOCK x 2 NUM_WARPS steps, and each of them with VARIANT b or c (where valid)
+
+
+def test_a_study_that_repeats_itself_falls_back_to_the_incumbents_neighbourhood():
+    """When the study only re-proposes judged points (TPE converged, or a space nearly done: their
+    FAIL teaches it nothing), the untried point it gets is next to the incumbent while one is left
+    there ("near"), and drawn from anywhere ("draw") only after that."""
+    kept = with_config(SOURCE, {"BLOCK": 512, "NUM_WARPS": 8, "VARIANT": "c"})
+    incumbent = parse_source(kept).config
+    near = [{"BLOCK": 256, "NUM_WARPS": 8, "VARIANT": "c"}, {"BLOCK": 512, "NUM_WARPS": 4, "VARIANT": "b"}]
+    far = [{"BLOCK": 32, "NUM_WARPS": 1, "VARIANT": "a"}, {"BLOCK": 64, "NUM_WARPS": 2, "VARIANT": "b"}]
+    untried = {config_key(c) for c in near + far}
+    everything = [dict(BLOCK=b, NUM_WARPS=w, VARIANT=v) for b in SPACE["BLOCK"] for w in SPACE["NUM_WARPS"]
+                  for v in SPACE["VARIANT"] if _valid(dict(BLOCK=b, NUM_WARPS=w))]
+    history = [_baseline(kept)] + [_row(c, latency=500.0) for c in everything
+                                   if config_key(c) not in untried and c != incumbent]
+    history[0].latency_us = 10.0
+    p = SearchProposer(seed=2, startup=2, local=0)
+    got = []
+    while True:
+        try:
+            prop = p.propose(kept, None, history)
+        except SearchExhausted:
+            break
+        got.append((prop.description.split(" #")[0], config_key(prop.config)))
+        history.append(_row(prop.config, latency=500.0))
+    assert {key for _how, key in got} == untried
+    near_keys = {config_key(c) for c in near}
+    left = set(near_keys)
+    for how, key in got:
+        assert how != "draw" or not left, got  # no draw from anywhere while a neighbour is untried
+        assert how != "near" or key in near_keys, got
+        left.discard(key)
+    assert any(how == "near" for how, _key in got), got
