@@ -242,9 +242,9 @@ def near_untried(config: dict, space: dict[str, list], names: Sequence[str], str
     """An untried configuration one or two ring moves from the incumbent `config` (one move first),
     in a seeded random order; None when all of them were tried or are rejected by `accept`.
 
-    Where a converged study only re-proposes judged points, its gains, if any are left, are next to
-    the incumbent: uniform draws over the whole space landed far off (an H200 llama-7b run: 72 of 72
-    fused_mlp draws stopped at the screen)."""
+    A study that only re-proposes judged points says where it believes the good region is: around
+    its best, whose untried points are one or two moves from the incumbent. Uniform draws over the
+    whole space landed far off (an H200 llama-7b run: 72 of 72 fused_mlp draws stopped at the screen)."""
     moves = ring_of(config, space, names, structural, seed)
     rng = random.Random(seed + len(tried))
     one = list(moves)
