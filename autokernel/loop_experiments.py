@@ -37,7 +37,7 @@ from autokernel.proposers.base import KernelContext, Proposal
 from autokernel.proposers.costs import LLMBudgetSpent
 from autokernel.store.tables import utcnow
 
-__all__ = ["Loop", "keepable", "row_view", "verdict_fields"]
+__all__ = ["Loop", "keepable", "phases_note", "row_view", "verdict_fields"]
 
 MAX_PROPOSER_FAILURES = 3  # consecutive failed proposals before a kernel is set aside this session
 
@@ -306,6 +306,7 @@ class Loop:
         seen = screening.judged_keys(self.store.list_experiments(kernel_id=k.id))
         open_: list[tuple[Any, Any, Optional[str], float]] = []  # (row, worktree, sha, t0) without a verdict
         judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
+        said: dict[int, str] = {}  # row id -> where its screen's time went, for the log
         try:
             for proposal in proposals:
                 new, key = self.new_candidate(k, proposal, seen)
@@ -322,6 +323,7 @@ class Loop:
                 res, plan = self.screened(k, proposal.source)
                 extra: dict = {}
                 if res is not None:
+                    said[exp.id] = phases_note(res)
                     extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
                     if screening.stopped(res, plan, self.margin):
                         extra.update(screening.screened_fields(res, plan))
@@ -344,7 +346,7 @@ class Loop:
             rows = []
             for exp, worktree, sha, res, seconds, extra in judged:
                 fields = verdict_fields(res, extra, winner is not None and exp.id == winner[0].id, seconds)
-                rows.append((self.store.update_experiment(exp.id, **fields), res))
+                rows.append((self.store.update_experiment(exp.id, **fields), res, said.get(exp.id, "")))
                 open_ = [o for o in open_ if o[0].id != exp.id]
                 if fields["status"] == "kept":
                     self.ws.keep(k.name, worktree, sha)
@@ -360,8 +362,8 @@ class Loop:
                         pass
                 self.abandon(exp, exc, t0)
             raise
-        for row, res in rows:
-            self.recorded(k, row, res)
+        for row, res, note in rows:
+            self.recorded(k, row, res, note)
         self.state_event()
 
     def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
@@ -376,13 +378,14 @@ class Loop:
         seen.add(key)
         return True, key
 
-    def recorded(self, k, row, res) -> None:
+    def recorded(self, k, row, res, note: str = "") -> None:
         """A candidate's verdict, in the store already, told to the scheduler and the live view."""
         self.orch.record(row)
         self.last_result[k.id] = res
         if row.status == "kept":
             self.best_result[k.id] = res
-        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}", {"row": row_view(row)}))
+        self.emit(LoopEvent("done", f"#{row.number} {k.name}: {row.status}" + (f" ({note})" if note else ""),
+                            {"row": row_view(row)}))
 
     def experiment_limit(self) -> Optional[int]:
         """How many experiments count() may reach before the loop stops (None: no limit)."""
@@ -418,6 +421,15 @@ def keepable(res, extra: dict, best_us: Optional[float], best_iqr: Optional[floa
     faster than the best by more than the noise."""
     return (extra.get("status") != "screened" and res.correct and res.latency_us is not None and not res.flagged
             and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr))
+
+
+def phases_note(screen_result) -> str:
+    """"screen 1.31 s: load 0.40, smoke 0.85, timing 0.06" from a screen's phases ("" without them)."""
+    phases = (getattr(screen_result, "extra", None) or {}).get("phases_s") or {}
+    if not phases:
+        return ""
+    return (f"screen {sum(phases.values()):.2f} s: "
+            + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items()))
 
 
 def verdict_fields(res, extra: dict, kept: bool, seconds: float) -> dict[str, Any]:

@@ -6,6 +6,7 @@ timings are measured once per run and reused."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from autokernel.bench.result import CORRECT, CRASHED, BenchResult
@@ -63,6 +64,9 @@ def test_the_screen_stops_a_slow_candidate_before_the_stages(home):
     assert len(rows) == 3 and sum(e.kind == "duplicate" for e in events) == 1
     assert len({e.candidate_key for e in rows}) == 3 and all(e.candidate_key for e in rows)
     assert summary.kernels[0]["screened"] == 2 and summary.kernels[0]["screened_out"] == 1
+    # the log says where each screen's time went: the import, then the first calls (compile included)
+    done = [e.message for e in events if e.kind == "done" and "baseline" not in e.message]
+    assert len(done) == 2 and all(re.search(r"\(screen [\d.]+ s: load [\d.]+, smoke [\d.]+", m) for m in done), done
     assert time.monotonic() - t0 < 240
     # what the screen saved: the same slow candidate's whole judgement, in a warm worker as the
     # loop's was, costs more than its screen did (a fast candidate's judgement is no yardstick on

@@ -56,6 +56,16 @@ def screen_request(req: dict, notify=None) -> dict:
     verify = judge.fresh_guard()
     if verify is None:
         return {"bench_error": judge.TAMPERED_WORKER, "restart": True}
+    # seconds per phase (the loop's log shows them): where a screen's time goes, compile included
+    phases = res.extra["phases_s"] = {}
+    t0 = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t0
+        now = time.perf_counter()
+        phases[name] = round(now - t0, 3)
+        t0 = now
+
     old = signal.signal(signal.SIGALRM, judge.on_alarm)
     stage = "load"
     restart = False
@@ -64,6 +74,7 @@ def screen_request(req: dict, notify=None) -> dict:
 
         kf, mod = judge.load_candidate(req, timeout_s)
         verify()  # what it did at import
+        lap("load")
         fn = entry_point(mod)
         ctx = StageContext(spec=spec, fn=fn, device=device, dtype=dt, shapes=[shape], quick=True,
                            deterministic=kf.deterministic, interpreted=not cuda, module_name=mod.__name__,
@@ -79,6 +90,7 @@ def screen_request(req: dict, notify=None) -> dict:
             res.outcome, res.error = INCORRECT, f"screen: {exc}"
             return {"result": res.to_dict(), "restart": False}
         res.stages.append(verdict)
+        lap("smoke")  # the first calls: Triton's compile of the candidate's kernels is here
         pats = spec.library_kernel_patterns
         why = cheat_reason(ctx.launches, pats, cuda) or library_reason(ctx.launches, pats, cuda)
         if why:
@@ -98,6 +110,7 @@ def screen_request(req: dict, notify=None) -> dict:
                 return {"result": res.to_dict(), "restart": True}
             wall = timing.wall_call(fn, args, min_time_s=SCREEN_TIME_S / 5, max_reps=SCREEN_MAX_REPS)
             verify()  # e.g. torch.cuda.Event patched while timed
+            lap("timing")
             res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
             res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
                                        "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
