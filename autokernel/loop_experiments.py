@@ -329,8 +329,10 @@ class Loop:
                         extra.update(screening.screened_fields(res, plan))
                     elif res.correct:
                         res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement
+                        said[exp.id] = "; ".join(filter(None, (said[exp.id], phases_note(res, "judge"))))
                 else:
                     res = self.bench(k, proposal.source, quick=proposal.quick)
+                    said[exp.id] = phases_note(res, "judge")
                 judged.append((exp, worktree, sha, res, time.monotonic() - t0, extra))
             if proposals and not judged:  # only repeats: a proposer that cannot leave them is set aside
                 n = self.repeats[k.id] = self.repeats.get(k.id, 0) + 1
@@ -423,12 +425,12 @@ def keepable(res, extra: dict, best_us: Optional[float], best_iqr: Optional[floa
             and beats(res.latency_us, res.latency_iqr_us, best_us, best_iqr))
 
 
-def phases_note(screen_result) -> str:
-    """"screen 1.31 s: load 0.40, smoke 0.85, timing 0.06" from a screen's phases ("" without them)."""
-    phases = (getattr(screen_result, "extra", None) or {}).get("phases_s") or {}
+def phases_note(result, what: str = "screen") -> str:
+    """"screen 1.31 s: load 0.40, smoke 0.85, timing 0.06" from a bench result's phases ("" without)."""
+    phases = (getattr(result, "extra", None) or {}).get("phases_s") or {}
     if not phases:
         return ""
-    return (f"screen {sum(phases.values()):.2f} s: "
+    return (f"{what} {sum(phases.values()):.2f} s: "
             + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items()))
 
 

@@ -27,7 +27,7 @@ from autokernel.bench.integrity import checker, outside_a_call
 from autokernel.bench.introspection import refused
 from autokernel.bench.launches import OutOfBoundsAccess, cheat_reason, library_reason, library_share, short_name
 from autokernel.bench.result import (CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, OOM, TIMEOUT, BenchResult,
-                                     StageVerdict)
+                                     Laps, StageVerdict)
 from autokernel.bench.stages import STAGE_FUNCS, StageContext
 from autokernel.errors import KernelFileError
 from autokernel.kernels import get_spec
@@ -235,12 +235,14 @@ def judge_request(req: dict) -> dict:
     old = signal.signal(signal.SIGALRM, on_alarm)
     stage = "load"
     recording = None
+    lap = Laps(res.extra.setdefault("phases_s", {}))  # seconds per phase, for the loop's log
     try:
         from autokernel.kernelfile import entry_point
 
         kf, mod = load_candidate(req, timeout_s)
         disarm()
         verify()  # what it did at import
+        lap("load")
         ctx = StageContext(spec=spec, fn=entry_point(mod), device=device, dtype=dt, shapes=shapes,
                            quick=bool(req.get("quick")), deterministic=kf.deterministic, interpreted=not cuda,
                            module_name=mod.__name__, nondeterminism_reason=kf.nondeterminism_reason,
@@ -258,6 +260,7 @@ def judge_request(req: dict) -> dict:
             except CheckFailure as exc:
                 verdict = StageVerdict(name, "fail", str(exc))
             disarm()
+            lap(name)
             res.stages.append(verdict)
             if name == "smoke":
                 res.launched_kernels = [short_name(n) for n in ctx.launches.names()][:20]
@@ -278,6 +281,7 @@ def judge_request(req: dict) -> dict:
             stage = "gpu-compile"
             if not compile_stage(recording, res, deadline):
                 return {"result": res.to_dict(), "restart": False}
+            lap("gpu-compile")
         stage = "timing"
         res.outcome = CORRECT
         if cuda:
@@ -285,6 +289,7 @@ def judge_request(req: dict) -> dict:
 
             why = time_all(res, spec, ctx, shapes, weights, dt, req, deadline)
             disarm()
+            lap("timing")
             if why:  # what it returned while timed was wrong, or work ran outside the timed stream
                 res.outcome, res.error = CHEAT, f"timing: {why}"
                 return {"result": res.to_dict(), "restart": False}

@@ -4,6 +4,7 @@ and goes into the store without torch."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -20,6 +21,19 @@ OOM = "oom"
 OUTCOMES = (CORRECT, INCORRECT, CHEAT, CRASHED, COMPILE_ERROR, TIMEOUT, OOM)
 
 STAGES = ("smoke", "shapes", "stability", "determinism", "edge")
+
+
+class Laps:
+    """Seconds per phase into `into` (a result's extra["phases_s"]): laps("smoke") records the time
+    since the last lap, or since the Laps was made."""
+
+    def __init__(self, into: dict):
+        self.into, self.t = into, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = round(now - self.t, 3)
+        self.t = now
 
 
 @dataclass

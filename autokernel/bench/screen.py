@@ -20,7 +20,6 @@ Without a GPU no time is taken (the caller's CPU timing wrapper adds one, as for
 from __future__ import annotations
 
 import signal
-import time
 import traceback
 
 import torch
@@ -29,7 +28,7 @@ from autokernel.bench import judge
 from autokernel.bench.across_calls import secret_int
 from autokernel.bench.checks import CheckFailure, make_inputs
 from autokernel.bench.launches import cheat_reason, library_reason
-from autokernel.bench.result import CHEAT, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, StageVerdict
+from autokernel.bench.result import CHEAT, CORRECT, CRASHED, INCORRECT, TIMEOUT, BenchResult, Laps, StageVerdict
 from autokernel.bench.stages import StageContext, smoke
 from autokernel.errors import KernelFileError
 from autokernel.kernels.spec import to_dtype
@@ -57,15 +56,7 @@ def screen_request(req: dict, notify=None) -> dict:
     if verify is None:
         return {"bench_error": judge.TAMPERED_WORKER, "restart": True}
     # seconds per phase (the loop's log shows them): where a screen's time goes, compile included
-    phases = res.extra["phases_s"] = {}
-    t0 = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal t0
-        now = time.perf_counter()
-        phases[name] = round(now - t0, 3)
-        t0 = now
-
+    lap = Laps(res.extra.setdefault("phases_s", {}))
     old = signal.signal(signal.SIGALRM, judge.on_alarm)
     stage = "load"
     restart = False
