@@ -168,15 +168,15 @@ class SearchProposer:
         optuna = studies.optuna_module()
 
         def accept(cfg: dict) -> bool:  # an untried configuration the file and the device accept
-            return (config_key(effective(cfg, names)) not in tried and valid(cfg)
-                    and fits_device(effective(cfg, names), dtype) is None)
+            eff = effective(cfg, names)
+            return config_key(eff) not in tried and valid(cfg) and fits_device(eff, dtype) is None
 
         for attempt in range(MAX_ASKS + 1):
             how = "tpe"
             if attempt == MAX_ASKS:
                 point, how = near_untried(kf.config, space, names, kf.structural, tried, accept, seed), "near"
                 if point is None:
-                    point, how = self._untried(space, names, kf.config, tried, valid, dtype, seed), "draw"
+                    point, how = self._untried(space, names, kf.config, len(tried), accept, seed), "draw"
                 if point is None:
                     raise SearchExhausted(f"search space of {kf.kernel_type} exhausted "
                                           f"({len(tried)} configurations tried)")
@@ -219,9 +219,10 @@ class SearchProposer:
         text = f"{how} #{number}: " + (", ".join(numbers) or "same numbers")
         return text + (f"; structure {', '.join(structure)}" if structure else "")
 
-    def _untried(self, space, names, start, tried, valid, dtype, seed) -> Optional[dict]:
-        """A random untried configuration that passes the checks, or None when there is none."""
-        rng = random.Random(seed + len(tried))
+    @staticmethod
+    def _untried(space, names, start, n_tried: int, accept, seed) -> Optional[dict]:
+        """A random configuration `accept` takes (untried, passing the checks), or None when there is none."""
+        rng = random.Random(seed + n_tried)
         size = 1
         for n in names:
             size *= len(space[n])
@@ -232,7 +233,7 @@ class SearchProposer:
             points = ({n: rng.choice(space[n]) for n in names} for _ in range(ENUMERATE_UP_TO))
         for p in points:
             cfg = {**start, **p}
-            if config_key(effective(cfg, names)) not in tried and valid(cfg) and fits_device(p, dtype) is None:
+            if accept(cfg):
                 return cfg
         return None
 
