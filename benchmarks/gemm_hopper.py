@@ -98,6 +98,8 @@ FP32_CANDIDATES = {
     "persistent 64x128x32 w8 s3 ieee plain": {"FP32_VARIANT": "persistent", "PERSISTENT_LOOP": "plain",
                                               "EPILOGUE_SUBTILE": 1},
 }
+
+
 def _mlp(gu_stages, down, sub):
     cfg = {"GU_VARIANT": "persistent", "GU_BLOCK_M": 128, "GU_BLOCK_N": 128, "GU_BLOCK_K": 64, "GU_NUM_WARPS": 8,
            "GU_NUM_STAGES": gu_stages, "EPILOGUE_SUBTILE": sub, "PERSISTENT_LOOP": "flatten", "GROUP_M": 8}

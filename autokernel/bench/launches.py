@@ -217,9 +217,10 @@ def record_gpu(launches: Launches, lead_us: float | None = None, after: Callable
     is over (a call that raises leaves no session). A marker missing from the record means the
     profiler's collection was off when it ran: the candidate turned it off and left it so
     (launches.profile_gap says so). Turned off and on again within the call, the profiler misses
-    the candidate's kernels but not the GPU time they took (share.session_work). Work on a side stream the call never waits for, hidden from the profiler,
-    lies past the end marker: timing's tail check (work still running after a timed call) rejects it
-    when timed; put there only while profiled, the watched floor does (watched_reason).
+    the candidate's kernels but not the GPU time they took (share.session_work). Work on a side
+    stream the call never waits for, hidden from the profiler, lies past the end marker: timing's
+    tail check (work still running after a timed call) rejects it when timed; put there only while
+    profiled, the watched floor does (watched_reason).
 
     `after` (the judge's integrity check) runs once the closing markers have run, before the
     profiler's own code."""

@@ -72,9 +72,8 @@ DOWN_NUM_STAGES = 3
 GROUP_M = 16
 # the persistent variants (16-bit inputs; see the module docstring). The llama-7b loop's best on an
 # H200 (run 3, 302 experiments): the K loop pipelined per tile ("plain"), a one-piece epilogue,
-# 3 down stages, groups of 16 rows:
-# 24.5-25.0 ms against 29.7 ms for 32 calls at 2048x4096x11008 bf16, 1.09x eager and torch.compile
-# (the loop's timing). Before it, both persistent, s4/s4, two pieces: 0.943 ms against the pointer
+# 3 down stages, GROUP_M 16: 24.5-25.0 ms against 29.7 ms for 32 calls at 2048x4096x11008 bf16,
+# 1.09x eager and torch.compile (the loop's timing). Before it, both persistent, s4/s4, two pieces: 0.943 ms against the pointer
 # kernels' 1.018 on an H100 (do_bench; benchmarks/RESULTS.md)
 GU_VARIANT = "persistent"
 DOWN_VARIANT = "persistent"
