@@ -58,9 +58,63 @@ def test_a_kernel_the_interpreter_accepts_but_the_compiler_rejects_is_caught():
         compile_for_gpu(launches)
 
 
+# A float scale into an fp32 accumulator: Triton's launcher types `s` fp32, Inductor fp64.
+@triton.jit
+def scaled_dot(a_ptr, b_ptr, c_ptr, s, CAST: tl.constexpr, B: tl.constexpr):
+    if CAST:
+        s = tl.cast(s, tl.float32)
+    r = tl.arange(0, B)
+    a = tl.load(a_ptr + r[:, None] * B + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * B + r[None, :])
+    acc = tl.zeros([B, B], tl.float32) * s
+    acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + r[:, None] * B + r[None, :], acc)
+
+
+@triton.jit
+def scaled_rows(x_ptr, s, CAST: tl.constexpr, B: tl.constexpr):
+    if CAST:
+        s = tl.cast(s, tl.float32)
+    r = tl.arange(0, B)
+    x = tl.load(x_ptr + r).to(tl.float32)
+    tl.store(x_ptr + r, tl.sqrt(x * x + s))
+
+
+def test_a_kernel_that_breaks_or_goes_fp64_as_torch_compile_launches_it_is_caught():
+    from autokernel.bench.gpu_compile import (GpuCompileError, compile_for_gpu, fp64_ops, inductor_signature,
+                                              record_launches)
+
+    a, c = torch.randn(16, 16, dtype=torch.float16), torch.empty(16, 16)
+    with record_launches() as launches:
+        scaled_dot[(1,)](a, a, c, 0.5, CAST=False, B=16)
+    assert launches[0].signature["s"] == "fp32"  # Triton's launcher
+    assert inductor_signature(launches[0].signature)["s"] == "fp64"
+    assert compile_for_gpu(launches) == 1  # fine as Triton launches it
+    try:  # as torch.compile launches it, Triton 3.6 rejects the fp64 accumulator; 3.9 takes it, in fp64
+        compile_for_gpu(launches, as_compiled=True)
+        broke = False
+    except GpuCompileError as exc:
+        assert "scaled_dot does not compile for sm_90 as torch.compile launches it" in str(exc)
+        broke = True
+    assert broke or fp64_ops(launches)["scaled_dot"] > 0
+    with record_launches() as launches:
+        scaled_dot[(1,)](a, a, c, 0.5, CAST=True, B=16)
+    assert compile_for_gpu(launches, as_compiled=True) == 1
+
+    x = torch.rand(32)
+    with record_launches() as launches:
+        scaled_rows[(1,)](x, 1e-6, CAST=False, B=32)
+        scaled_rows[(1,)](x, 1e-6, CAST=True, B=32)
+    assert compile_for_gpu(launches, as_compiled=True) == 2  # it compiles either way ...
+    assert fp64_ops(launches[:1])["scaled_rows"] >= 3  # ... but the row's add, mul and sqrt ran in fp64
+    assert fp64_ops(launches[1:]) == {"scaled_rows": 0}
+
+
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_triton_starters_compile_for_the_gpu(kernel_type):
-    from autokernel.bench.gpu_compile import compile_for_gpu, record_launches
+    """Also as torch.compile launches them (their float arguments fp64), with no fp64 math left:
+    verify and apply trace them into compiled models."""
+    from autokernel.bench.gpu_compile import compile_for_gpu, fp64_ops, record_launches
     from autokernel.kernelfile import import_kernel, read_kernel_file
     from autokernel.kernels import starter_path
 
@@ -72,7 +126,8 @@ def test_triton_starters_compile_for_the_gpu(kernel_type):
             for dtype in (torch.float32, torch.bfloat16):
                 mod.kernel_fn(*spec.make_inputs(shape, dtype, "cpu", gen, "normal"))
     assert launches, "the starter launched no Triton kernel"
-    compile_for_gpu(launches)
+    compile_for_gpu(launches, as_compiled=True)
+    assert not any(fp64_ops(launches).values()), fp64_ops(launches)
 
 
 
@@ -84,7 +139,7 @@ VARIANTS = [("flash_attention", {"VARIANT": "tma", "WARP_SPEC": False}),
 
 @pytest.mark.parametrize("kernel_type,config", VARIANTS, ids=[f"{t}-{c}" for t, c in VARIANTS])
 def test_triton_starter_variants_compile_for_the_gpu(tmp_path, kernel_type, config):
-    from autokernel.bench.gpu_compile import compile_for_gpu, record_launches
+    from autokernel.bench.gpu_compile import compile_for_gpu, fp64_ops, record_launches
     from autokernel.kernelfile import import_kernel, read_kernel_file, with_config
     from autokernel.kernels import starter_path
 
@@ -97,7 +152,8 @@ def test_triton_starter_variants_compile_for_the_gpu(tmp_path, kernel_type, conf
         for shape in spec.small_shapes[:2]:
             mod.kernel_fn(*spec.make_inputs(shape, torch.float16, "cpu", gen, "normal"))
     assert [rec.name for rec in launches] == ["_attn_fwd_tma"] * 2  # causal and not
-    assert compile_for_gpu(launches) == 2
+    assert compile_for_gpu(launches, as_compiled=True) == 2
+    assert fp64_ops(launches) == {"_attn_fwd_tma": 0}
 
 # Smaller inputs where the GPU test's take the interpreter long; the compiled kernels are the same.
 SMALLER = {"max-min-prod": "torch.randn(4, 30, 7)", "depthwise": "torch.randn(1, 32, 10, 10)"}

@@ -7,6 +7,14 @@ passes every CPU test and fails on the card. This module records each launch mad
 `record_launches()` (the kernel's file and name, its argument types, its constexprs) and lowers
 it to Triton IR for sm_90 through the CUDA backend's front end: no GPU, driver or ptxas is needed
 for that stage, and it is the stage where those errors are raised.
+
+A kernel is also lowered as torch.compile launches it. Inductor types a Python float argument fp64
+where Triton's own launcher types it fp32 (a Liger PR measured rms_norm at half speed from it:
+the whole row's math follows the scalar to fp64), and an fp64 scalar can break a kernel outright:
+the flash_attention starter's `tl.dot(p, v, acc)` failed Inductor's compile in LLaMA-7B's verify
+(H100, 2026-12-06) once its scale made the accumulator fp64. `inductor_signature` gives that typing;
+`compile_for_gpu(..., as_compiled=True)` lowers both, and `fp64_ops` counts the fp64 arithmetic
+left in the torch.compile version (0 for a kernel that casts its float arguments on entry).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -108,19 +117,19 @@ class record_launches:
         return False
 
 
-def compile_for_gpu(launches, arch=90, timeout=600):
-    """Lower every launch to Triton IR for CUDA sm_`arch`; raise GpuCompileError naming the kernel
-    and the compiler's message on the first that does not compile. Returns how many compiled.
+AS_COMPILED = " as torch.compile launches it (float arguments fp64)"
 
-    It runs in a fresh process without TRITON_INTERPRET: with it set, triton.language's own
-    jit helpers are built as interpreted functions at import, and the code generator cannot use
-    them. That process imports each kernel's module again from its file."""
-    if not launches:
-        return 0
+
+def inductor_signature(signature: dict) -> dict:
+    """A launch's argument types as torch.compile's Inductor gives them: a float scalar is fp64
+    (Triton's launcher: fp32); pointers, ints and constexprs as they were."""
+    return {k: ("fp64" if v == "fp32" else v) for k, v in signature.items()}
+
+
+def _run_jobs(jobs, arch, timeout, mode):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options) for rec in launches]
     try:
-        done = subprocess.run([sys.executable, "-m", "autokernel.bench.gpu_compile", str(arch)],
+        done = subprocess.run([sys.executable, "-m", "autokernel.bench.gpu_compile", str(arch), mode],
                               input=pickle.dumps(jobs), capture_output=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise GpuCompileError(f"compiling {len(jobs)} kernels for sm_{arch} took more than {timeout} s") from e
@@ -131,20 +140,57 @@ def compile_for_gpu(launches, arch=90, timeout=600):
     verdict = json.loads(lines[-1])
     if "error" in verdict:
         raise GpuCompileError(verdict["error"])
-    return verdict["compiled"]
+    return verdict
 
 
-def compile_stage(recording: "record_launches", res, deadline: float) -> bool:
+def _jobs(launches, as_compiled):
+    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options, "") for rec in launches]
+    if as_compiled:
+        jobs += [(rec.path, rec.name, inductor_signature(rec.signature), rec.constexprs, rec.attrs, rec.options,
+                  AS_COMPILED)
+                 for rec in launches if inductor_signature(rec.signature) != rec.signature]
+    return jobs
+
+
+def compile_for_gpu(launches, arch=90, timeout=600, as_compiled=False):
+    """Lower every launch to Triton IR for CUDA sm_`arch`; raise GpuCompileError naming the kernel
+    and the compiler's message on the first that does not compile. Returns how many launches
+    compiled. `as_compiled`: each launch with a float argument is also lowered with Inductor's
+    typing (inductor_signature), and must compile that way too.
+
+    It runs in a fresh process without TRITON_INTERPRET: with it set, triton.language's own
+    jit helpers are built as interpreted functions at import, and the code generator cannot use
+    them. That process imports each kernel's module again from its file."""
+    if not launches:
+        return 0
+    _run_jobs(_jobs(launches, as_compiled), arch, timeout, "compile")
+    return len(launches)
+
+
+def fp64_ops(launches, arch=90, timeout=600) -> dict:
+    """Per kernel name, the fp64 arithmetic ops in its Triton IR as torch.compile launches it
+    (inductor_signature): the fp64 argument's own truncation to fp32 is not counted. Raises
+    GpuCompileError as compile_for_gpu does."""
+    if not launches:
+        return {}
+    jobs = [(rec.path, rec.name, inductor_signature(rec.signature), rec.constexprs, rec.attrs, rec.options, AS_COMPILED)
+            for rec in launches]
+    return _run_jobs(jobs, arch, timeout, "fp64")["fp64_ops"]
+
+
+def compile_stage(recording: "record_launches", res, deadline: float, as_compiled: bool = True) -> bool:
     """The judges' `gpu-compile` stage: stop `recording`, compile what it recorded, add the verdict
     to the BenchResult `res` and, on a failure, make it a compile error. True when it passed.
-    `deadline` is time.monotonic()'s."""
+    `deadline` is time.monotonic()'s. `as_compiled` (compile_for_gpu): the kernel must also compile
+    as torch.compile launches it, which is how verify and apply run it in a compiled model."""
     import time
 
     from autokernel.bench.result import COMPILE_ERROR, StageVerdict
 
     recording.__exit__(None, None, None)
     try:
-        n = compile_for_gpu(recording.launches, timeout=max(30.0, deadline - time.monotonic()))
+        n = compile_for_gpu(recording.launches, timeout=max(30.0, deadline - time.monotonic()),
+                            as_compiled=as_compiled)
     except GpuCompileError as exc:
         res.stages.append(StageVerdict("gpu-compile", "fail", str(exc)[:300]))
         res.outcome, res.error = COMPILE_ERROR, f"gpu-compile: {exc}"
@@ -153,7 +199,26 @@ def compile_stage(recording: "record_launches", res, deadline: float) -> bool:
     return True
 
 
-def _compile_jobs(jobs, arch):
+# an op whose result or operands are fp64, scalar ("f64") or block ("tensor<32xf64>")
+_FP64_OP = re.compile(r"=\s*(?:arith|math|tt)\.(\w+)\b.*(?:\b|x)f64\b")
+
+
+def _reason(e: BaseException) -> str:
+    """One line for a compile error: its last message line; where that line is only the caret
+    under the source (an assertion inside a Triton builtin), the innermost position and the cause."""
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    if lines and any(ch.isalpha() for ch in lines[-1]):
+        return lines[-1]
+    where, root = lines[0] if lines else "", e
+    while root.__cause__ is not None:
+        root = root.__cause__
+        first = str(root).strip().splitlines()
+        if first and first[0].startswith("at "):
+            where = first[0]
+    return f"{where} {type(root).__name__}{': ' + str(root) if str(root) and root is not e else ''}".strip()
+
+
+def _compile_jobs(jobs, arch, mode="compile"):
     import importlib.util
 
     from triton._C.libtriton import ir
@@ -165,7 +230,8 @@ def _compile_jobs(jobs, arch):
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
     modules = {}
-    for path, name, signature, constexprs, attrs, options in jobs:
+    counts: dict = {}
+    for path, name, signature, constexprs, attrs, options, how in jobs:
         if path not in modules:
             spec = importlib.util.spec_from_file_location(f"autokernel_gpu_compile_{len(modules)}", path)
             mod = importlib.util.module_from_spec(spec)
@@ -181,13 +247,16 @@ def _compile_jobs(jobs, arch):
         backend.load_dialects(context)
         try:
             attrs = {k: backend.parse_attr(v) for k, v in attrs.items()}
-            ASTSource(fn, signature, constexprs, attrs).make_ir(
+            module = ASTSource(fn, signature, constexprs, attrs).make_ir(
                 target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(), context)
         except Exception as e:  # the compiler's own errors carry the source position
-            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-            return {"error": f"{name} does not compile for sm_{arch}: {lines[-1] if lines else type(e).__name__}"}
-    return {"compiled": len(jobs)}
+            return {"error": f"{name} does not compile for sm_{arch}{how}: {_reason(e)}"}
+        if mode == "fp64":
+            ops = [m.group(1) for m in map(_FP64_OP.search, str(module).splitlines()) if m]
+            counts[name] = counts.get(name, 0) + sum(op != "truncf" for op in ops)
+    return {"compiled": len(jobs), "fp64_ops": counts}
 
 
 if __name__ == "__main__":
-    print(json.dumps(_compile_jobs(pickle.loads(sys.stdin.buffer.read()), int(sys.argv[1]))))
+    print(json.dumps(_compile_jobs(pickle.loads(sys.stdin.buffer.read()), int(sys.argv[1]),
+                                   sys.argv[2] if len(sys.argv) > 2 else "compile")))

@@ -259,6 +259,7 @@ def _attn_fwd(Q, K, V, O, qk_scale, seq, heads, group,
               stride_ob, stride_oh, stride_om, stride_od,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, MASK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    qk_scale = tl.cast(qk_scale, tl.float32)  # torch.compile passes a Python float as fp64
     start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_kv * stride_kh
@@ -340,6 +341,7 @@ def _attn_fwd_tma(Q, K, V, O, qk_scale, seq, heads, group,
     each program builds one [seq, HEAD_DIM] descriptor per operand for its (batch, head) (kv head
     for K and V). Either way the zero fill and the store clipping stop exactly at this head's
     sequence end and head dim, whatever the batch and head strides."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # torch.compile passes a Python float as fp64
     start_m, off_b, off_h, off_kv = _program_tile(heads, group, CAUSAL)
     if HOST_DESC:
         q_desc = Q
@@ -413,6 +415,7 @@ def _decode_split(Q, K, V, Mask, O, Part, Stat, qk_scale, sq, sk, kv_heads, grou
                   MASK_KIND: tl.constexpr, DIRECT: tl.constexpr, PRECISION: tl.constexpr):
     """One split of the keys for one (batch, kv head): rows r = (q head in the group) * sq + query.
     MASK_KIND: 0 none, 1 bool (nonzero = attend), 2 additive. DIRECT: the only split, writes O."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # torch.compile passes a Python float as fp64
     split = tl.program_id(0)
     n_splits = tl.num_programs(0)
     bkv = tl.program_id(1)

@@ -79,6 +79,7 @@ def _add_pair(a0, a1, b0, b1):
 @triton.jit
 def _layernorm_fused(x_ptr, w_ptr, b_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, sb, syr,
                      ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SHIFTED: tl.constexpr, EVEN: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
     r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     c = tl.arange(0, BLOCK_N)
     cmask = c < cols
@@ -135,6 +136,7 @@ def _shifted_sums(xr, n, sxc, shift, BLOCK: tl.constexpr):
 @triton.jit
 def _layernorm_looped(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, sxr, sxc, sw, sb, syr, BLOCK: tl.constexpr,
                       SHIFTED: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * sxr
     yr = y_ptr + row * syr
@@ -189,6 +191,7 @@ def _layernorm_segment_stats(x_ptr, stats_ptr, cols, seg_len, segs, sxr, sxc, BL
 @triton.jit
 def _layernorm_segment_norm(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, cols, seg_len, segs, eps, sxr, sxc, sw, sb, syr,
                             BLOCK: tl.constexpr, SEGS: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
     i = tl.arange(0, SEGS)

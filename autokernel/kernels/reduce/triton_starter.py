@@ -63,6 +63,7 @@ def valid_config(cfg):
 @triton.jit
 def _row_sum_kernel(x_ptr, out_ptr, R, C, stride_r, stride_c, seg_len, out_stride_r, scale,
                     ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    scale = tl.cast(scale, tl.float32)  # torch.compile passes a Python float as fp64
     pid_r = tl.program_id(0)
     seg = tl.program_id(1)
     rows = pid_r * ROWS + tl.arange(0, ROWS)

@@ -101,6 +101,7 @@ def _rmsnorm_tile(x_ptr, w_ptr, y_ptr, tile, rows, cols, eps, sxr, sxc, sw, syr,
 @triton.jit
 def _rmsnorm_fused(x_ptr, w_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, syr, tiles,
                    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, PERSISTENT: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
     if PERSISTENT:
         for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
             _rmsnorm_tile(x_ptr, w_ptr, y_ptr, tile, rows, cols, eps, sxr, sxc, sw, syr, ROWS, BLOCK_N)
@@ -110,6 +111,7 @@ def _rmsnorm_fused(x_ptr, w_ptr, y_ptr, rows, cols, eps, sxr, sxc, sw, syr, tile
 
 @triton.jit
 def _rmsnorm_looped(x_ptr, w_ptr, y_ptr, cols, eps, sxr, sxc, sw, syr, BLOCK: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * sxr
     yr = y_ptr + row * syr
@@ -131,6 +133,8 @@ def _rmsnorm_looped(x_ptr, w_ptr, y_ptr, cols, eps, sxr, sxc, sw, syr, BLOCK: tl
 @triton.jit
 def _rmsnorm_cols(x_ptr, y_ptr, R, inner, inner_tiles, eps, div, R_BLOCK: tl.constexpr, I_BLOCK: tl.constexpr,
                   ONE_TILE: tl.constexpr):
+    eps = tl.cast(eps, tl.float32)  # torch.compile passes a Python float as fp64
+    div = tl.cast(div, tl.float32)  # torch.compile passes a Python float as fp64
     pid = tl.program_id(0)
     o = (pid // inner_tiles).to(tl.int64)
     i = (pid % inner_tiles) * I_BLOCK + tl.arange(0, I_BLOCK)
