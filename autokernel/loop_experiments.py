@@ -237,7 +237,9 @@ class Loop:
             self.orch.mark_exhausted(k.id)
             self.emit(LoopEvent("exhausted", f"{k.name}: its starting kernel is not correct ({res.outcome}); "
                                 "skipped", {"kernel": k.name}))
-        self.emit(LoopEvent("done", f"{k.name} baseline: {status}", {"row": row_view(row)}))
+        note = phases_note(res, "judge")
+        self.emit(LoopEvent("done", f"{k.name} baseline: {status} in {seconds:.1f} s" + (f" ({note})" if note else ""),
+                            {"row": row_view(row)}))
         self.state_event()
         return row
 

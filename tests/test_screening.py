@@ -69,6 +69,10 @@ def test_the_screen_stops_a_slow_candidate_before_the_stages(home):
     assert len(done) == 2 and all(re.search(r"\(screen [\d.]+ s: load [\d.]+, smoke [\d.]+", m) for m in done), done
     # and the whole judgement's, stage by stage, for the one that went on to it
     assert sum(bool(re.search(r"; judge [\d.]+ s: load [\d.]+, smoke [\d.]+, shapes [\d.]+", m)) for m in done) == 1
+    # and the start's: its whole time, then its stages (no library phase on the CPU: nothing to time)
+    start = [e.message for e in events if e.kind == "done" and "baseline" in e.message]
+    assert len(start) == 1 and re.search(r"baseline: baseline in [\d.]+ s \(judge [\d.]+ s: load [\d.]+, smoke",
+                                         start[0]), start
     assert time.monotonic() - t0 < 240
     # what the screen saved: the same slow candidate's whole judgement, in a warm worker as the
     # loop's was, costs more than its screen did (a fast candidate's judgement is no yardstick on
