@@ -28,10 +28,12 @@ mostly fail the screen is cheap to explore). A kernel behind the library gets a 
 0; when its own history (at least MIN_TREND keeps this run) says it crosses the library within
 HORIZON experiments, it gets an investment value: the gain after the k keeps needed, over the
 experiments they take (k / p), halved for the risk. A trend needs experiments, so a kernel within
-EXPLORE_GAP of the library gets the same value from its prior for its first EXPLORE_ATTEMPTS
-experiments of the run (exploring); failures lower p, which ends the exploration early. Without
-this a kernel a little behind the library (LLaMA-7B's rotary at 0.89x torch.compile on an H100)
-was never tried while any other kernel was worth anything.
+EXPLORE_GAP of the library, or one whose prior crosses within EXPLORE_HORIZON experiments (far
+below its roofline, so its prior step is large), gets the same value from its prior for its first
+EXPLORE_ATTEMPTS experiments of the run (exploring); failures lower p, which ends the exploration
+early. Without this a kernel a little behind the library (LLaMA-7B's rotary at 0.89x torch.compile
+on an H100) was never tried while any other kernel was worth anything, and LLaMA-7B's attention
+(0.77x cuDNN at 38% of its roofline, H100 run 4) got no experiment in 16 minutes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ HORIZON = 12  # experiments within which the trend must cross the library
 INVEST_RISK = 0.5
 EXPLORE_GAP = 0.15  # a kernel this close to the library (0.85x or better) is explored before it has a trend
 EXPLORE_ATTEMPTS = 4  # ... for its first experiments of the run
+EXPLORE_HORIZON = 4.0  # ... and so is one whose prior crosses within this many experiments (2 keeps at p 0.5)
 DEFAULT_COST_S = 10.0
 
 
@@ -198,7 +201,7 @@ def kernel_value(times: Sequence[ShapeTime], share: float, p: float, step: float
     v.crosses_in = k / p
     trend = keeps >= MIN_TREND
     explore = (not trend and attempts < EXPLORE_ATTEMPTS and v.vs_library is not None
-               and v.vs_library >= 1.0 - EXPLORE_GAP)
+               and (v.vs_library >= 1.0 - EXPLORE_GAP or v.crosses_in <= EXPLORE_HORIZON))
     if (trend or explore) and v.crosses_in <= HORIZON:
         v.invest, v.explore = True, explore
         v.value = INVEST_RISK * frac * gain_us(times, (1.0 - step) ** k) / (cost * v.crosses_in)

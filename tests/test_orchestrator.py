@@ -107,7 +107,7 @@ def test_state_and_time_rebuilt_from_the_store_match(store):
     assert run_elapsed_s(store, run.id) == pytest.approx(9.0 + 3.0)
 
 
-def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, mode="compile"):
+def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, mode="compile", pct_peak=None):
     """A row as a GPU run writes it: per-shape timings, the library's eager and compile times."""
     import json
 
@@ -118,7 +118,7 @@ def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, m
     eager = sum(r["weight"] * r["eager_us"] for r in per)
     return store.add_experiment(run_id=run.id, kernel_id=k.id, kernel_type=k.kernel_type, status=status,
                                 latency_us=lat, latency_iqr_us=0.01 * lat, duration_s=duration,
-                                speedup_vs_eager=eager / lat, details_json=json.dumps(per),
+                                speedup_vs_eager=eager / lat, details_json=json.dumps(per), pct_peak=pct_peak,
                                 proposer="baseline" if status == "baseline" else "search")
 
 
@@ -212,3 +212,29 @@ def test_explores_a_kernel_close_behind_the_library_until_its_failures_say_stop(
     orch.record(_gpu_row(store, run, close, "kept", 95.0, 100.0, shapes))
     v = orch.value(orch.states[close.id])
     assert v.realized > 0 and not v.invest and v.value > 0
+
+
+def test_explores_a_kernel_far_behind_the_library_when_far_below_its_roofline(store):
+    """Issue 18, H100 run 4: attention at 0.77x cuDNN and 38% of its roofline got no experiment in
+    16 minutes (outside EXPLORE_GAP). Its prior step (headroom-scaled) crosses in two keeps, so it
+    is explored; the same gap at 90% of the roofline (small steps, many keeps to cross) is not."""
+    from autokernel import objective
+
+    run = store.create_run("loop", model="m")
+    lead, low, high = _kernels(store, [("matmul", 0.2), ("flash_attention", 0.05), ("rmsnorm", 0.05)])
+    shapes = [({"rows": 2048, "cols": 4096}, 32, 1.0)]
+    _gpu_row(store, run, lead, "baseline", 98.0, 100.0, shapes, duration=5.0)
+    _gpu_row(store, run, low, "baseline", 129.0, 100.0, shapes, pct_peak=38.0)  # 0.775x
+    _gpu_row(store, run, high, "baseline", 129.0, 100.0, shapes, pct_peak=90.0)
+    orch = Orchestrator.from_store(store, run.id, [lead, low, high], plateau_after=3)
+    v = orch.value(orch.states[low.id])
+    assert v.vs_library < 1.0 - objective.EXPLORE_GAP and v.explore and v.crosses_in <= objective.EXPLORE_HORIZON
+    w = orch.value(orch.states[high.id])
+    assert not w.invest and w.crosses_in > objective.EXPLORE_HORIZON
+    for _ in range(3):
+        orch.record(_gpu_row(store, run, lead, "reverted", 99.0, 100.0, shapes))
+    assert orch.pick().kernel_id == low.id and "investing to explore" in orch.reason
+    while orch.pick().kernel_id == low.id:
+        orch.record(_gpu_row(store, run, low, "reverted", 130.0, 100.0, shapes, pct_peak=38.0))
+    assert 1 <= orch.states[low.id].attempts <= objective.EXPLORE_ATTEMPTS
+    assert orch.states[high.id].attempts == 0
