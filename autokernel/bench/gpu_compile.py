@@ -195,7 +195,8 @@ def compile_stage(recording: "record_launches", res, deadline: float, as_compile
         res.stages.append(StageVerdict("gpu-compile", "fail", str(exc)[:300]))
         res.outcome, res.error = COMPILE_ERROR, f"gpu-compile: {exc}"
         return False
-    res.stages.append(StageVerdict("gpu-compile", "pass", f"{n} launch(es) lowered to Triton IR for sm_90"))
+    res.stages.append(StageVerdict("gpu-compile", "pass", f"{n} launch(es) lowered to Triton IR for sm_90"
+                                   + (", also as torch.compile launches them" if as_compiled else "")))
     return True
 
 
