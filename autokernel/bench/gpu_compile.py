@@ -143,12 +143,16 @@ def _run_jobs(jobs, arch, timeout, mode):
     return verdict
 
 
+def _job(rec: Launch, signature: dict | None = None, how: str = "") -> tuple:
+    """One launch as the compile process takes it; `signature` replaces its own, `how` names that typing."""
+    return (rec.path, rec.name, signature or rec.signature, rec.constexprs, rec.attrs, rec.options, how)
+
+
 def _jobs(launches, as_compiled):
-    jobs = [(rec.path, rec.name, rec.signature, rec.constexprs, rec.attrs, rec.options, "") for rec in launches]
+    jobs = [_job(rec) for rec in launches]
     if as_compiled:
-        jobs += [(rec.path, rec.name, inductor_signature(rec.signature), rec.constexprs, rec.attrs, rec.options,
-                  AS_COMPILED)
-                 for rec in launches if inductor_signature(rec.signature) != rec.signature]
+        typed = ((rec, inductor_signature(rec.signature)) for rec in launches)
+        jobs += [_job(rec, sig, AS_COMPILED) for rec, sig in typed if sig != rec.signature]
     return jobs
 
 
@@ -173,8 +177,7 @@ def fp64_ops(launches, arch=90, timeout=600) -> dict:
     GpuCompileError as compile_for_gpu does."""
     if not launches:
         return {}
-    jobs = [(rec.path, rec.name, inductor_signature(rec.signature), rec.constexprs, rec.attrs, rec.options, AS_COMPILED)
-            for rec in launches]
+    jobs = [_job(rec, inductor_signature(rec.signature), AS_COMPILED) for rec in launches]
     return _run_jobs(jobs, arch, timeout, "fp64")["fp64_ops"]
 
 

@@ -236,9 +236,9 @@ class BenchWorker:
                    "gpu_compile": gpu_compile}
         trusted = None
         if baselines and self.info.get("device") == "cuda":
-            t_lib = time.monotonic()
+            t_ask = time.monotonic()
             trusted = payload["trusted"] = self.trusted_numbers(kf.kernel_type, shapes, dtype)
-            t_lib = time.monotonic() - t_lib
+            library_s = time.monotonic() - t_ask
         reply = self.request(payload, timeout_s + GRACE_S)
         res = self.reply_result(reply, kf.kernel_type, kf.backend)
         if trusted is not None:
@@ -247,7 +247,7 @@ class BenchWorker:
             settle(res, trusted, self.info.get("key", ""))
             # the library's eager and compiled timings (the trusted process caches them): first in the
             # judgement's phases, where a run's first judgement of a kernel spends most of its time
-            res.extra["phases_s"] = {"library": round(t_lib, 3), **(res.extra.get("phases_s") or {})}
+            res.extra["phases_s"] = {"library": round(library_s, 3), **(res.extra.get("phases_s") or {})}
         if "result" not in reply:
             res.extra["config"] = kf.config
             if reply.get("died") and self._proc is None:
