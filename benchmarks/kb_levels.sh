@@ -16,10 +16,14 @@
 # 1/N of it in the parallel phase plus a cache hit in the timing process, and a later call's search
 # pays no baselines at all (they are in the state).
 # The states are written to $OUT after every phase (kb_state_I_N.json, kb_state_search.json); those of
-# an earlier call are taken from $KB_STATE_DIR (default .state) first, so copy the returned files
-# there (and carry that folder) before the next call. The tables need no GPU:
+# an earlier call are taken from $KB_STATE_DIR first. Its default, benchmarks/kb_state/<GPU name>/, is
+# in the repository: the campaign over whole levels takes more device calls than one session has,
+# and a session's machine keeps nothing, so copy the returned files there and commit them (small
+# JSON: per problem its numbers, no code). One folder per GPU model, so that an H100's numbers never
+# join an H200's tables. The tables need no GPU:
+#   d=benchmarks/kb_state/NVIDIA_H200
 #   python benchmarks/kb_levels.py --kb-path .kb/KernelBench/KernelBench --levels 1 2 3 --write-only \
-#       --state .state/kb_state_all.json --merge .state/kb_state_*_*.json .state/kb_state_search.json
+#       --state /tmp/kb_state_all.json --merge $d/kb_state_*_*.json $d/kb_state_search.json
 #
 #   OUT=./kb_out bash benchmarks/kb_levels.sh      # on the GPU machine: wheels from .whl via scripts/gpu.sh
 set -u
@@ -29,7 +33,9 @@ OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KB=${KB_PATH:-.kb/KernelBench/KernelBench}
 SHARD=${KB_SHARD:-0/5}
-STATE_DIR=${KB_STATE_DIR:-.state}
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+gpu_name=${gpu_name:-cpu}
+STATE_DIR=${KB_STATE_DIR:-benchmarks/kb_state/$(echo "$gpu_name" | tr -c 'A-Za-z0-9.\n-' '_')}
 SEARCH=${KB_SEARCH-L1.42,L2.76}
 if [ -n "${PYTHON:-}" ]; then RUN=("$PYTHON")
 elif ls .whl/*.whl > /dev/null 2>&1; then RUN=(bash scripts/gpu.sh python3)
@@ -38,6 +44,7 @@ TABLES=$(mktemp)  # the tables are written from the states later, with all shard
 RUN+=(benchmarks/kb_levels.py --kb-path "$KB" --timeout "${KB_TIMEOUT:-240}" --results "$TABLES")
 export PYTHONUNBUFFERED=1
 
+echo "kb_levels.sh: states from $STATE_DIR (copy $OUT/kb_state_*.json back there)"
 cp "$STATE_DIR"/kb_state_*.json "$OUT"/ 2>/dev/null
 command -v nvidia-smi > /dev/null && nvidia-smi -L
 CW=()  # KB_COMPILE_WORKERS unset: kb_levels.py picks from the cores
