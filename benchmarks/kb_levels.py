@@ -87,7 +87,16 @@ def row_numbers(e) -> dict:
     return {"correct": e.correctness == "PASS", "status": e.status, "latency_us": e.latency_us,
             "eager_us": e.eager_us, "compile_us": e.compile_us, "speedup_vs_eager": e.speedup_vs_eager,
             "speedup_vs_compile": e.speedup_vs_compile, "flagged": bool(e.flagged), "device": e.device,
-            "error": (e.error or "")[:300] or None}
+            "error": short_error(e.error)}
+
+
+def short_error(text: str | None, head: int = 100, tail: int = 300) -> str | None:
+    """An error for the state: its first line's start and its end (a traceback's end says what
+    went wrong; its start only where)."""
+    text = (text or "").strip()
+    if len(text) <= head + tail + 5:
+        return text or None
+    return f"{text.splitlines()[0][:head]} ... {text[-tail:]}"
 
 
 def phase(store, workspace, worker, problem, kb_path, k: int, timeout_s: float, hours: float,

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from autokernel.bench.across_calls import Reservoir, Sampled, choose
+from autokernel.bench.across_calls import SAMPLES, Reservoir, Sampled, choose
 from autokernel.bench.between_calls import LeftBehind, leftover, primitives
 from autokernel.bench.result import FLAG_SPEEDUP
 from autokernel.kb.evaluate import SUPPLIED, TIMED_EARLIER, TIMED_NOW
@@ -56,6 +56,24 @@ def kb_sampled(prob, init, device: str, model_seed: int, inputs: Inputs) -> Samp
 STATEFUL = "not checked: the problem's Model is stateful (an output depends on every earlier call)"
 
 
+def nbytes(values) -> int:
+    """Bytes of the tensors among `values` (a tensor, or a tuple/list of values)."""
+    items = values if isinstance(values, (tuple, list)) else (values,)
+    return sum(v.numel() * v.element_size() for v in items if isinstance(v, torch.Tensor))
+
+
+def samples_that_fit(total_bytes: int, in_bytes: int, out_bytes: int, samples: int = SAMPLES) -> int:
+    """How many timed calls' outputs the check can hold on the device: each sampled call keeps its
+    output alive (the ledger: a later call must not overwrite it) and a copy, 2 x out_bytes, next to
+    the inputs, the refill's new draw and the live output, and, at the verdict, the reference's
+    inputs and output (3 x each in all), within 85% of the device's memory; never fewer than one.
+    KernelBench's level-1 elementwise problems have 6.4 GB inputs and outputs (4096 x 393216 fp32):
+    five samples (64 GB) and the rest outgrew an 80 GB H100, and the start crashed out of memory."""
+    per = 2 * max(1, out_bytes)
+    room = 0.85 * total_bytes - 3 * (in_bytes + out_bytes)
+    return max(1, min(samples, int(room // per)))
+
+
 def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None, verify=None) -> dict:
     """KernelBench timing: WARMUP calls, then `reps` trials (the first discarded), each on inputs
     refilled in place after an L2 flush; CUDA events around the call on the calling stream
@@ -72,7 +90,7 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None, veri
     args = inputs.args
     index = torch.cuda.current_device()
     calling = torch.cuda.current_stream()
-    chosen = choose(reps, skip_last=False) if sampled is not None else set()
+    total = torch.cuda.get_device_properties(index).total_memory  # before the candidate's first call here
     prims = primitives(guard=verify is not None)  # after the judge's last check, before the first call here
     record, _query, elapsed, event_sync, device_sync, _sleep, zero, clone, state, tensor, _clock = prims
     kind, seq = type, (tuple, list)
@@ -85,12 +103,15 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None, veri
             verify()
         raise LeftBehind(why or leftover(before, now))
 
+    out_bytes = 0
     for _ in range(WARMUP):
-        fn(*args)
+        out_bytes = nbytes(fn(*args))
         now = state(index)
         if now != before:
             stop(now)
     device_sync()
+    chosen = (choose(reps, samples_that_fit(total, nbytes(args), out_bytes), skip_last=False)
+              if sampled is not None else set())
     taken = []
     for i in range(reps):
         inputs.refill(1000 + i)
@@ -125,7 +146,7 @@ def time_gpu(fn, inputs: Inputs, reps: int, sampled: Sampled | None = None, veri
         sampled.take(key, out, copies)
     q = statistics.quantiles(stream, n=4) if len(stream) >= 4 else [min(stream), 0, max(stream)]
     return {"median_us": statistics.median(stream), "iqr_us": q[2] - q[0], "device_us": statistics.median(device),
-            "reps": len(stream)}
+            "reps": len(stream), "checked_calls": len(chosen)}
 
 
 def time_cpu(fn, inputs: Inputs, budget_s: float = 2.0, max_reps: int = 20, sampled: Sampled | None = None) -> dict:
@@ -308,6 +329,7 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     if why:
         return why
     res.extra.update(device_sync_us=t["device_us"], reps=t["reps"], warmup=WARMUP, compile_mode=COMPILE_MODE,
+                     checked_calls=t["checked_calls"],
                      timing="CUDA events, L2 flushed and inputs refilled in place per trial, first trial discarded")
     if comp_err:
         res.extra["compile_error"] = comp_err
