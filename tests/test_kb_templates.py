@@ -129,6 +129,35 @@ def test_conv_and_pool_templates_match_torch():
     close(pool.kernel_fn(x, 2, "avg", 2, ceil_mode=True), F.avg_pool2d(x, 2, ceil_mode=True))
 
 
+@pytest.mark.parametrize("nd, stride, padding, dilation, groups, out_pad, bias", [
+    (2, 5, 1, 2, 1, 0, True),  # KernelBench L1 81's settings: most phases take one tap, some none
+    (2, (2, 3), (1, 2), (2, 1), 2, (1, 0), False),  # L1 75: asymmetric, grouped, dilated
+    (3, 2, 1, 1, 2, 1, True),  # L1 72 / 73: 3-D, strided, grouped
+    (1, 2, 3, 2, 1, 1, False),  # L1 79: 1-D, strided and dilated
+    (2, 1, 1, 2, 1, 0, True),  # stride 1: one phase, every tap
+    (2, 4, 0, 2, 1, 0, True),  # gcd(stride, dilation) 2: odd phases take no tap, even ones every other
+])
+def test_transposed_conv_runs_one_gemm_per_output_phase(nd, stride, padding, dilation, groups, out_pad, bias):
+    conv = tmpl("conv")
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, *(5, 6, 7)[:nd])
+    w = torch.randn(4, 6 // groups, *(3, 2, 3)[:nd])
+    b = torch.randn(6) if bias else None
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[nd]
+    want = fn(x, w, b, stride, padding, out_pad, groups, dilation)
+    got = conv.kernel_fn(x, w, b, stride, padding, dilation, groups, transposed=True, output_padding=out_pad)
+    assert got.shape == want.shape
+    close(got, want, atol=1e-4)
+
+
+def test_phase_taps_are_the_taps_that_land_on_each_phase():
+    conv = tmpl("conv")
+    # stride 5, padding 1, dilation 2, 3 taps (L1 81): phase r takes tap t where (r + 1 - 2t) % 5 == 0
+    assert conv.phase_taps(5, 1, 2, 3) == ([0, 1, 0, 2, 0], [0, 1, 0, 1, 1], 5)
+    assert conv.phase_taps(1, 0, 1, 4) == ([0], [4], 1)
+    assert conv.phase_taps(4, 0, 2, 5) == ([0, 0, 1, 0], [3, 0, 2, 0], 2)
+
+
 def test_norm_and_rnn_templates_match_torch():
     norm, rnn = tmpl("norm"), tmpl("rnn")
     x = torch.randn(3, 4, 5, 6)

@@ -3,9 +3,14 @@ transposes (and the F. functions) forward as an implicit GEMM, for problems that
 (KernelBench level 1's convolutions; level 2 keeps cuDNN's convolution next to its fused
 elementwise kernels). Every case is the 3-D one with unit dims prepended: rows are the output
 positions (n, od, oh, ow), columns the output channels of one group, and the reduction runs over
-(input channel, kd, kh, kw), the input gathered with masks for padding (a transposed convolution
-gathers the inputs whose stride step lands on the output position). fp32 products are true
+(input channel, kd, kh, kw), the input gathered with masks for padding. fp32 products are true
 fp32 ("ieee"), as the judge turns TF32 off for the reference.
+
+A transposed convolution with stride s runs one GEMM per output phase (o mod s per dim): output
+o = i * s - p + k * d takes tap k only where (o + p - k * d) is a multiple of s, which depends on
+the phase alone, so each phase reduces over its own taps (an arithmetic progression of k) and no
+product is masked away. Gathering over all taps with a mask did s^dims times the work: KernelBench
+L1 81 (stride 5, 2-D) ran at 0.10x eager on an H100.
 """
 
 import torch
@@ -24,7 +29,7 @@ CONV_WARPS = 4
 @triton.jit
 def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                     sd, sh, sw, pd, ph, pw, dd, dh, dw, cpg, opg, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                    TRANSPOSED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     g = tl.program_id(2)
     M = N * OD * OH * OW
     K = cpg * KD * KH * KW
@@ -47,25 +52,14 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
         kd = q % KD
         ci = q // KD
         c = g * cpg + ci
-        if TRANSPOSED:  # output o gathers input i where o = i * s - p + k * d
-            e_d = od[:, None] + pd - kd[None, :] * dd
-            e_h = oh[:, None] + ph - kh[None, :] * dh
-            e_w = ow[:, None] + pw - kw[None, :] * dw
-            inside = (e_d >= 0) & (e_d % sd == 0) & (e_h >= 0) & (e_h % sh == 0) & (e_w >= 0) & (e_w % sw == 0)
-            i_d, i_h, i_w = e_d // sd, e_h // sh, e_w // sw
-        else:
-            i_d = od[:, None] * sd - pd + kd[None, :] * dd
-            i_h = oh[:, None] * sh - ph + kh[None, :] * dh
-            i_w = ow[:, None] * sw - pw + kw[None, :] * dw
-            inside = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
-        inside = inside & (i_d < D) & (i_h < H) & (i_w < W)
+        i_d = od[:, None] * sd - pd + kd[None, :] * dd
+        i_h = oh[:, None] * sh - ph + kh[None, :] * dh
+        i_w = ow[:, None] * sw - pw + kw[None, :] * dw
+        inside = (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D) & (i_h < H) & (i_w < W)
         valid = inside & (rm < M)[:, None] & (rk < K)[None, :]
         x_off = (((n[:, None] * C + c[None, :]) * D + i_d) * H + i_h) * W + i_w
         a = tl.load(x_ptr + x_off, mask=valid, other=0.0)
-        if TRANSPOSED:  # weight [C, OC / groups, KD, KH, KW]
-            w_off = (c[:, None].to(tl.int64) * opg + rn[None, :]) * (KD * KH * KW) + (rk % (KD * KH * KW))[:, None]
-        else:  # weight [OC, C / groups, KD, KH, KW]: rows of K
-            w_off = oc[None, :].to(tl.int64) * K + rk[:, None]
+        w_off = oc[None, :].to(tl.int64) * K + rk[:, None]  # weight [OC, C / groups, KD, KH, KW]: rows of K
         b = tl.load(w_ptr + w_off, mask=(rk < K)[:, None] & (rn < opg)[None, :], other=0.0)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
@@ -76,6 +70,110 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
     pos = (od * OH + oh) * OW + ow
     y_off = (n[:, None] * OC + oc[None, :]) * (OD * OH * OW) + pos[:, None]
     tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < opg)[None, :])
+
+
+@triton.jit
+def _kb_conv_t_kernel(x_ptr, w_ptr, b_ptr, y_ptr, taps_ptr, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
+                      sd, sh, sw, pd, ph, pw, dd, dh, dw, td, th, tw, JD, JH, JW, cpg, opg,
+                      HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # program_id(2): group g and output phase (rd, rh, rw); taps_ptr per dim and phase: the first
+    # tap k of the phase and how many (every td-th k after it: td = s / gcd(s, d))
+    phases = sd * sh * sw
+    g = tl.program_id(2) // phases
+    r = tl.program_id(2) % phases
+    rw = r % sw
+    rh = (r // sw) % sh
+    rd = r // (sw * sh)
+    kd0 = tl.load(taps_ptr + rd)
+    nd = tl.load(taps_ptr + sd + rd)
+    kh0 = tl.load(taps_ptr + 2 * sd + rh)
+    nh = tl.load(taps_ptr + 2 * sd + sh + rh)
+    kw0 = tl.load(taps_ptr + 2 * sd + 2 * sh + rw)
+    nw = tl.load(taps_ptr + 2 * sd + 2 * sh + sw + rw)
+    M = N * JD * JH * JW
+    K = cpg * nd * nh * nw
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    jw = rm % JW
+    q = rm // JW
+    jh = q % JH
+    q = q // JH
+    jd = q % JD
+    n = (q // JD).to(tl.int64)
+    od = rd + jd * sd
+    oh = rh + jh * sh
+    ow = rw + jw * sw
+    row_ok = (rm < M) & (od < OD) & (oh < OH) & (ow < OW)
+    oc = g * opg + rn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        iw = rk % nw
+        u = rk // nw
+        ih = u % nh
+        u = u // nh
+        idd = u % nd
+        ci = u // nd
+        kd = kd0 + idd * td
+        kh = kh0 + ih * th
+        kw = kw0 + iw * tw
+        c = g * cpg + ci
+        # exact divisions: the phase's taps are the ones whose stride step lands on the output
+        e_d = od[:, None] + pd - kd[None, :] * dd
+        e_h = oh[:, None] + ph - kh[None, :] * dh
+        e_w = ow[:, None] + pw - kw[None, :] * dw
+        i_d = e_d // sd
+        i_h = e_h // sh
+        i_w = e_w // sw
+        inside = (e_d >= 0) & (e_h >= 0) & (e_w >= 0) & (i_d < D) & (i_h < H) & (i_w < W)
+        valid = inside & row_ok[:, None] & (rk < K)[None, :]
+        x_off = (((n[:, None] * C + c[None, :]) * D + i_d) * H + i_h) * W + i_w
+        a = tl.load(x_ptr + x_off, mask=valid, other=0.0)
+        # weight [C, OC / groups, KD, KH, KW]
+        w_off = (c[:, None].to(tl.int64) * opg + rn[None, :]) * (KD * KH * KW) + ((kd * KH + kh) * KW + kw)[:, None]
+        b = tl.load(w_ptr + w_off, mask=(rk < K)[:, None] & (rn < opg)[None, :], other=0.0)
+        if IEEE:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + oc, mask=rn < opg, other=0.0).to(tl.float32)[None, :]
+    pos = (od * OH + oh) * OW + ow
+    y_off = (n[:, None] * OC + oc[None, :]) * (OD * OH * OW) + pos[:, None]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (rn < opg)[None, :])
+
+
+def phase_taps(stride: int, padding: int, dilation: int, k: int) -> tuple[list[int], list[int], int]:
+    """Per output phase r (o mod stride) of a transposed convolution's dim: the first tap that lands
+    on it and how many do ((r + padding - tap * dilation) a multiple of stride), and the step
+    between them, stride / gcd(stride, dilation)."""
+    g, rest = stride, dilation  # gcd, inline: the solution file imports torch and triton only
+    while rest:
+        g, rest = rest, g % rest
+    step = stride // g
+    first, count = [], []
+    for r in range(stride):
+        taps = [t for t in range(k) if (r + padding - t * dilation) % stride == 0]
+        first.append(taps[0] if taps else 0)
+        count.append(len(taps))
+    return first, count, step
+
+
+_TAPS: dict = {}  # (strides, paddings, dilations, kernel dims, device) -> the taps table on the device
+
+
+def _taps_table(s, p, d, ks, device):
+    key = (s, p, d, ks, str(device))
+    got = _TAPS.get(key)
+    if got is None:
+        rows, steps = [], []
+        for st, pp, dl, k in zip(s, p, d, ks):
+            first, count, step = phase_taps(st, pp, dl, k)
+            rows += first + count
+            steps.append(step)
+        got = _TAPS[key] = (torch.tensor(rows, dtype=torch.int32, device=device), tuple(steps))
+    return got
 
 
 def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, transposed=False, output_padding=0):
@@ -107,12 +205,19 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, tr
     OD, OH, OW = out
     y = torch.empty((N, OC, OD, OH, OW), device=x.device, dtype=x.dtype)
     opg = OC // groups
-    if y.numel() and cpg * KD * KH * KW and x.numel():
+    meta = dict(HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, BLOCK_M=CONV_BLOCK_M,
+                BLOCK_N=CONV_BLOCK_N, BLOCK_K=CONV_BLOCK_K, num_warps=CONV_WARPS)
+    b_arg = bias if bias is not None else ws
+    if y.numel() and cpg * KD * KH * KW and x.numel() and transposed:
+        taps, steps = _taps_table(s, tuple(p), d, (KD, KH, KW), x.device)
+        js = [cdiv(o, st) for o, st in zip(out, s)]  # outputs per phase (the first phase has the most)
+        grid = (cdiv(N * js[0] * js[1] * js[2], CONV_BLOCK_M), cdiv(opg, CONV_BLOCK_N), groups * s[0] * s[1] * s[2])
+        launch(_kb_conv_t_kernel, grid, xs, ws, b_arg, y, taps, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
+               *s, *p, *d, *steps, *js, cpg, opg, **meta)
+    elif y.numel() and cpg * KD * KH * KW and x.numel():
         grid = (cdiv(N * OD * OH * OW, CONV_BLOCK_M), cdiv(opg, CONV_BLOCK_N), groups)
-        launch(_kb_conv_kernel, grid, xs, ws, bias if bias is not None else ws, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
-                              *s, *p, *d, cpg, opg, HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-                              TRANSPOSED=transposed, BLOCK_M=CONV_BLOCK_M, BLOCK_N=CONV_BLOCK_N, BLOCK_K=CONV_BLOCK_K,
-                              num_warps=CONV_WARPS)
+        launch(_kb_conv_kernel, grid, xs, ws, b_arg, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
+               *s, *p, *d, cpg, opg, **meta)
     elif y.numel():
         y.zero_()
         if bias is not None:
