@@ -18,6 +18,8 @@ before anything is compiled.
 
 from __future__ import annotations
 
+import inspect
+
 import ast
 import builtins
 from typing import Any, Callable, Optional
@@ -90,14 +92,16 @@ def valid_config_fn(source: str) -> Optional[Callable[[dict], bool]]:
     return check
 
 
-def effective_names(source: str, config: dict[str, Any], dtype: str) -> list[str]:
-    """The tunables that matter for `dtype`: the file's effective_config(cfg, dtype), else all."""
+def effective_names(source: str, config: dict[str, Any], dtype: str, shapes: list[dict] | None = None) -> list[str]:
+    """The tunables that matter for `dtype` (and, given, the kernel's `shapes`): the file's
+    effective_config(cfg, dtype[, shapes]), else all."""
     names = list(config)
     fn = declared_function(source, "effective_config")
     if fn is None:
         return names
     try:
-        kept = fn(dict(config), canonical_dtype(dtype))
+        takes_shapes = shapes is not None and len(inspect.signature(fn).parameters) >= 3
+        kept = fn(dict(config), canonical_dtype(dtype), *([list(shapes)] if takes_shapes else []))
     except Exception:
         return names
     return [n for n in names if n in kept] or names

@@ -358,6 +358,17 @@ def test_tma_variant_config_rules(triton_mod):
     assert not {"WARP_SPEC", "TMA_DESC", "FP32_BLOCK_M"} & set(half) and half["VARIANT"] == "pointer"
     assert {"WARP_SPEC", "TMA_DESC"} <= set(triton_mod.effective_config(tma, "bfloat16"))
     assert set(triton_mod.effective_config(tma, "float32")) == {k for k in tma if k.startswith(("FP32_", "DECODE_"))}
+    # the kernel's shapes, where the search knows them: a prefill-only model takes no decode path,
+    # so its DECODE_* values are not searched (declared.effective_names reads the file, no import)
+    from autokernel.declared import effective_names
+
+    src = K.kernel_file("triton").source
+    prefill = [{"batch": 1, "heads": 32, "kv_heads": 32, "seq": 2048, "head_dim": 128, "causal": True}]
+    cache = prefill + [dict(prefill[0], seq=1, kv_seq=2048)]
+    assert not any(n.startswith("DECODE_") for n in effective_names(src, kf.config, "bfloat16", prefill))
+    assert "DECODE_BLOCK_N" in effective_names(src, kf.config, "bfloat16", cache)
+    assert "DECODE_BLOCK_N" in effective_names(src, kf.config, "bfloat16")  # shapes unknown: all
+    assert "BLOCK_M" in effective_names(src, kf.config, "bfloat16", prefill)
 
 
 _STANDALONE = r"""

@@ -104,7 +104,7 @@ class SearchProposer:
         dtype = kernel.dtype if kernel is not None else "bfloat16"
         label = kernel.name if kernel is not None else kf.kernel_type
         run_id = kernel.run_id if kernel is not None else None
-        names = effective_names(source, kf.config, dtype)
+        names = effective_names(source, kf.config, dtype, getattr(kernel, "shapes", None) or None)
         valid = valid_config_fn(source) or (lambda cfg: True)
         tried = tried_configs(history, names, kf.config, run_id) | {config_key(effective(kf.config, names))}
         seed = self.seed * 1_000_003 + int.from_bytes(hashlib.sha256(label.encode()).digest()[:4], "big")

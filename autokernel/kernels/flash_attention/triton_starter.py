@@ -164,9 +164,12 @@ def valid_config(cfg):
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and regs <= 128
 
 
-def effective_config(cfg, dtype):
+def effective_config(cfg, dtype, shapes=None):
     # fp32 inputs run the pointer kernel with the FP32_* tiles; 16-bit inputs the others, and
-    # WARP_SPEC matters only to the "tma" variant: the search spends no trials on unread tunables
+    # WARP_SPEC matters only to the "tma" variant: the search spends no trials on unread tunables.
+    # `shapes` (the kernel's, when the search knows them): without a call whose keys outnumber its
+    # queries, none takes the decode path (a prefill-only model: H100 run 6 spent two of its
+    # attention's four first moves on DECODE_* values)
     if dtype == "float32":
         unused = ["BLOCK_M", "BLOCK_N", "NUM_WARPS", "NUM_STAGES", "VARIANT", "WARP_SPEC", "TMA_DESC"]
     else:
@@ -175,6 +178,8 @@ def effective_config(cfg, dtype):
             unused += ["WARP_SPEC", "TMA_DESC"]
     if cfg.get("DECODE_SPLITS"):
         unused.append("DECODE_WAVES")  # a fixed split count: the SM count is not asked
+    if shapes is not None and all(s.get("kv_seq", s.get("seq")) == s.get("seq") for s in shapes):
+        unused += [k for k in cfg if k.startswith("DECODE_")]
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
