@@ -36,6 +36,7 @@ from autokernel.amdahl import kernel_speedup
 # statuses that are experiments with a verdict (abandoned rows have none; baseline is the start)
 VERDICTS = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout")
 NOISE_FLOOR = 0.01  # of the best latency: the smallest gain the keep rule believes
+BEST_IQR_CAP = 2.0  # the best's spread counts at most this many times the candidate's (same shapes)
 
 
 def noise_us(new_iqr: float | None, best_iqr: float | None, best_us: float) -> float:
@@ -44,8 +45,17 @@ def noise_us(new_iqr: float | None, best_iqr: float | None, best_us: float) -> f
     of one kernel drift by about 1% between processes). Half of each IQR, not the larger IQR whole:
     a median over hundreds of calls is far tighter than the spread of single calls, and with the
     whole IQR one noisy timing of the best vetoed every candidate (on the H200 a start with a 6.2%
-    IQR turned away a 4.6% faster rmsnorm whose own IQR was 3.2%)."""
-    return max(((new_iqr or 0.0) + (best_iqr or 0.0)) / 2, NOISE_FLOOR * best_us)
+    IQR turned away a 4.6% faster rmsnorm whose own IQR was 3.2%).
+
+    The best's IQR counts at most BEST_IQR_CAP times the candidate's: both are the same kernel at the
+    same shapes, so a best timed far noisier than its candidates had a noisy timing, not a noisy
+    kernel. H100 run 6: matmul's start was timed with an IQR of 71% of its median at its main shape
+    (67 us of 94; its eight candidates 0.9-1.1 us), which asked every candidate for 34% and turned
+    away BLOCK_M=128 at -2.5%. The floor still holds against a best whose median that noise moved."""
+    best = best_iqr or 0.0
+    if new_iqr:
+        best = min(best, BEST_IQR_CAP * new_iqr)
+    return max(((new_iqr or 0.0) + best) / 2, NOISE_FLOOR * best_us)
 
 
 def beats(new_us: float, new_iqr: float | None, best_us: float | None, best_iqr: float | None) -> bool:

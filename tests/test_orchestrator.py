@@ -49,6 +49,13 @@ def test_keep_rule_wants_the_middle_halves_apart_and_the_floor():
     assert beats(989.0, 0.0, 1000.0, 0.0)
     assert beats(5.0, 100.0, None, None)  # nothing to beat yet
     assert keep_threshold_us(1000.0, 40.0) == 980.0 and keep_threshold_us(1000.0, 4.0) == 990.0
+    # H100 run 6: matmul's start timed with a weighted IQR of 8601 us (67% of 12816 us), its
+    # candidates with 130-160 us. BLOCK_M=128 at -2.5% is kept (the start's spread counts twice the
+    # candidate's at most); one 0.5% faster is still under the floor, and a noisy candidate does not
+    # lift the cap past the start's own spread
+    assert beats(12494.7, 156.75, 12816.26, 8601.1)
+    assert not beats(12752.0, 156.75, 12816.26, 8601.1)
+    assert not beats(12494.7, 9000.0, 12816.26, 8601.1)
 
 
 def test_picks_largest_expected_gain_then_moves_on_from_a_plateau(store):
