@@ -11,6 +11,9 @@
 #         until KB_DEADLINE seconds; the search stays open for a later call;
 #   2. the search (-k KB_K) on a few chosen problems (KB_SEARCH, e.g. L1.42,L2.76), its own baselines
 #      first for those not started yet, until KB_SEARCH_DEADLINE seconds (KB_SEARCH= skips it).
+# Measured (H100, 2026-12-06, KB_SHARD=0/10: 25 problems of levels 1-3, KB_DEADLINE=330): the 25
+# references compiled by 8 processes in 38 s, their eager and compile timed in ~100 s (0.6-18 s
+# each), then 21 starts judged in 248 s (2.3-70 s each) before the deadline: ~400 s a call.
 # What this saves per problem (estimate from the code paths, see kb_levels.py's docstring): the
 # judge's cold, serial torch.compile of the reference (10-40 s of CPU each, the GPU idle) becomes
 # 1/N of it in the parallel phase plus a cache hit in the timing process, and a later call's search
