@@ -29,6 +29,10 @@
 #       --state /tmp/kb_state_all.json --merge $d/kb_state_*_*.json $d/kb_state_search.json
 #
 #   OUT=./kb_out bash benchmarks/kb_levels.sh      # on the GPU machine: wheels from .whl via scripts/gpu.sh
+# A device call of ~400 s (carry .whl and the KernelBench checkout's problem folder), then copy
+# $OUT/kb_state_1_10.json into benchmarks/kb_state/<GPU name>/ and commit it:
+#   KB_SHARD=1/10 KB_SEARCH= KB_DEADLINE=330 KB_BASELINES_DEADLINE=200 KB_TIMEOUT=120 \
+#       timeout 420 bash benchmarks/kb_levels.sh
 set -u
 OUT=${OUT:-./kb_out}
 mkdir -p "$OUT"
