@@ -38,7 +38,7 @@ attention's prior crossed in 6).
 
 The prior step has a floor, PRIOR_MIN_STEP: a GEMM-class kernel's "roofline" is a measured cuBLAS
 matmul (bench/ceilings.py), which a kernel can pass, so 98% of it is not the end of its gains. On
-LLaMA-7B (H100 runs 4 and 5, H200 run 3) keeps at 97-98% of that ceiling were 1.4-1.6% each;
+LLaMA-7B (H100 runs 4-6) keeps at 95-98% of that ceiling were 1.4-4.1% each;
 without the floor such a kernel's prior step was 0.4% and its value next to nothing (H100 run 5:
 matmul, at 1.01x the library, got no experiment in 7 minutes).
 
