@@ -25,6 +25,24 @@ def test_spec_facts():
                                "void rmsnorm_kernel<__nv_bfloat16>(__nv_bfloat16 const*)"))
 
 
+def test_the_search_leaves_out_what_the_models_calls_never_read():
+    """Given a model's shapes (rows x cols up to MAX_FUSED_COLS), the looped path's and
+    rms_norm_dim's tunables are not searched; PROGRAMS_PER_SM only with the persistent schedule."""
+    from autokernel.declared import effective_names
+
+    kf = K.kernel_file("triton")
+    llama = [{"rows": 2048, "cols": 4096}]
+    names = set(effective_names(kf.source, kf.config, "bfloat16", llama))
+    assert not names & {"LOOP_BLOCK", "LOOP_WARPS", "COL_INNER", "COL_TILE", "COL_WARPS", "PROGRAMS_PER_SM"}
+    assert {"SCHEDULE", "MAX_WARPS", "TILE_ELEMS", "ELEMS_PER_THREAD"} <= names
+    assert {"LOOP_BLOCK", "LOOP_WARPS"} <= set(effective_names(kf.source, kf.config, "bfloat16",
+                                                               llama + [{"rows": 1, "cols": 40000}]))
+    anywhere = set(effective_names(kf.source, kf.config, "bfloat16"))  # shapes unknown (KernelBench)
+    assert {"LOOP_BLOCK", "COL_TILE"} <= anywhere and "PROGRAMS_PER_SM" not in anywhere
+    persistent = dict(kf.config, SCHEDULE="persistent")
+    assert "PROGRAMS_PER_SM" in effective_names(kf.source, persistent, "bfloat16", llama)
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_reference_is_llama_rmsnorm(dtype):
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
