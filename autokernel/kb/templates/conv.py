@@ -27,6 +27,24 @@ CONV_WARPS = 4
 
 
 @triton.jit
+def _kb_unflatten(i, A, B, C):
+    """Flat index i over [rest, C, B, A] (A innermost): (a, b, c, rest)."""
+    q = i // A
+    r = q // B
+    return i % A, q % B, r % C, r // C
+
+
+@triton.jit
+def _kb_conv_out(acc, b_ptr, y_ptr, n, oc, rn, od, oh, ow, OC, OD, OH, OW, opg, row_ok, HAS_BIAS: tl.constexpr):
+    """Both kernels' epilogue: the bias, then the [rows, output channels] tile stored into y (N, OC, OD, OH, OW)."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + oc, mask=rn < opg, other=0.0).to(tl.float32)[None, :]
+    pos = (od * OH + oh) * OW + ow
+    y_off = (n[:, None] * OC + oc[None, :]) * (OD * OH * OW) + pos[:, None]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (rn < opg)[None, :])
+
+
+@triton.jit
 def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                     sd, sh, sw, pd, ph, pw, dd, dh, dw, cpg, opg, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -35,22 +53,13 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
     K = cpg * KD * KH * KW
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ow = rm % OW
-    t = rm // OW
-    oh = t % OH
-    t = t // OH
-    od = t % OD
-    n = (t // OD).to(tl.int64)
+    ow, oh, od, n = _kb_unflatten(rm, OW, OH, OD)
+    n = n.to(tl.int64)
     oc = g * opg + rn
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
-        kw = rk % KW
-        q = rk // KW  # not t: triton types a name reused in the loop as loop-carried
-        kh = q % KH
-        q = q // KH
-        kd = q % KD
-        ci = q // KD
+        kw, kh, kd, ci = _kb_unflatten(rk, KW, KH, KD)
         c = g * cpg + ci
         i_d = od[:, None] * sd - pd + kd[None, :] * dd
         i_h = oh[:, None] * sh - ph + kh[None, :] * dh
@@ -65,11 +74,7 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
             acc += tl.dot(a, b, input_precision="ieee")
         else:
             acc += tl.dot(a, b)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + oc, mask=rn < opg, other=0.0).to(tl.float32)[None, :]
-    pos = (od * OH + oh) * OW + ow
-    y_off = (n[:, None] * OC + oc[None, :]) * (OD * OH * OW) + pos[:, None]
-    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < opg)[None, :])
+    _kb_conv_out(acc, b_ptr, y_ptr, n, oc, rn, od, oh, ow, OC, OD, OH, OW, opg, rm < M, HAS_BIAS)
 
 
 @triton.jit
@@ -95,12 +100,8 @@ def _kb_conv_t_kernel(x_ptr, w_ptr, b_ptr, y_ptr, taps_ptr, N, C, D, H, W, OC, O
     K = cpg * nd * nh * nw
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    jw = rm % JW
-    q = rm // JW
-    jh = q % JH
-    q = q // JH
-    jd = q % JD
-    n = (q // JD).to(tl.int64)
+    jw, jh, jd, n = _kb_unflatten(rm, JW, JH, JD)
+    n = n.to(tl.int64)
     od = rd + jd * sd
     oh = rh + jh * sh
     ow = rw + jw * sw
@@ -109,12 +110,7 @@ def _kb_conv_t_kernel(x_ptr, w_ptr, b_ptr, y_ptr, taps_ptr, N, C, D, H, W, OC, O
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
-        iw = rk % nw
-        u = rk // nw
-        ih = u % nh
-        u = u // nh
-        idd = u % nd
-        ci = u // nd
+        iw, ih, idd, ci = _kb_unflatten(rk, nw, nh, nd)
         kd = kd0 + idd * td
         kh = kh0 + ih * th
         kw = kw0 + iw * tw
@@ -137,11 +133,7 @@ def _kb_conv_t_kernel(x_ptr, w_ptr, b_ptr, y_ptr, taps_ptr, N, C, D, H, W, OC, O
             acc += tl.dot(a, b, input_precision="ieee")
         else:
             acc += tl.dot(a, b)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + oc, mask=rn < opg, other=0.0).to(tl.float32)[None, :]
-    pos = (od * OH + oh) * OW + ow
-    y_off = (n[:, None] * OC + oc[None, :]) * (OD * OH * OW) + pos[:, None]
-    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (rn < opg)[None, :])
+    _kb_conv_out(acc, b_ptr, y_ptr, n, oc, rn, od, oh, ow, OC, OD, OH, OW, opg, row_ok, HAS_BIAS)
 
 
 def phase_taps(stride: int, padding: int, dilation: int, k: int) -> tuple[list[int], list[int], int]:
