@@ -18,10 +18,9 @@ before anything is compiled.
 
 from __future__ import annotations
 
-import inspect
-
 import ast
 import builtins
+import inspect
 from typing import Any, Callable, Optional
 
 from autokernel import pyast

@@ -1,6 +1,8 @@
 """A loop run's keeps and screens by two clocks: the experiments' own time (their rows' durations)
 and the loop's budget clock (which also counts each kernel's starting-point judgement), with the
-counts at 10 and 25 minutes of each: issue 18's targets name the budget (`--hours`).
+counts at 10 and 25 minutes of each: issue 18's targets name the budget (`--hours`). Both are sums
+of finished rows' durations: the loop's own clock (orchestrator.run_elapsed_s) also counts rows a
+killed process abandoned and time spent waiting on an LLM, which this leaves out.
 
     python benchmarks/loop_clock.py .state/state_run6.tgz     # a state packed by loop_llama7b.sh
     python benchmarks/loop_clock.py ~/.autokernel/autokernel.db --run 3
