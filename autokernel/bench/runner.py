@@ -289,11 +289,12 @@ class BenchWorker:
 
     def screen(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
                shapes: list[dict] | None = None, dtype: str | None = None, timeout_s: float = 120,
-               **_judge_only) -> BenchResult:
+               checked: bool = False, **_judge_only) -> BenchResult:
         """The cheap screen (bench/screen.py): a smoke check, a check at shapes[0] (the kernel's
-        heaviest model shape) and a short timing there. Same calling convention as judge (options
-        only the judgement has are ignored), so the CPU timing wrapper serves both. Never raises
-        for a bad kernel."""
+        heaviest model shape) and a short timing there; `checked`: the full judgement's timing there
+        instead (refilled inputs, sampled outputs checked), for a comparison that decides a keep.
+        Same calling convention as judge (options only the judgement has are ignored), so the CPU
+        timing wrapper serves both. Never raises for a bad kernel."""
         t0 = time.monotonic()
         kf = self._parsed(kernel, source, kernel_type)
         if isinstance(kf, BenchResult):
@@ -301,7 +302,7 @@ class BenchWorker:
             return kf
         payload = {"op": "screen", "source": kf.source, "path": str(kernel) if kernel else None,
                    "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config, "shapes": shapes,
-                   "dtype": dtype, "timeout_s": timeout_s}
+                   "dtype": dtype, "timeout_s": timeout_s, "checked": checked}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), kf.kernel_type, kf.backend)
         res.extra["screen"] = True
         res.duration_s = time.monotonic() - t0

@@ -15,6 +15,13 @@ tampered process), the smoke check refills its inputs in place and keeps its out
 ledger, and a candidate whose library ops do the work is a cheat already here.
 
 Without a GPU no time is taken (the caller's CPU timing wrapper adds one, as for the judgement).
+
+`checked` (the loop's back-to-back comparison of a near miss with the best, paired.py): here the
+timing decides a keep, so it is the full judgement's at that shape, not the screen's short one:
+inputs given new values before every repetition, sampled outputs checked against the reference,
+the tail after the last call and the library share of a profiled call (time_candidate.py). A
+screen's plain timing reuses one set of inputs, which a candidate that caches its output by
+address would pass at no cost; it only decides who goes on to the judgement, never a keep.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ from autokernel.kernels.spec import to_dtype
 SCREEN_REPS = 10
 SCREEN_TIME_S = 0.05
 SCREEN_MAX_REPS = 200
+# checked timings (paired.py): a median over hundreds of calls, so that one round's ratio of two
+# timings moves by a few tenths of a percent, not by the spread of single calls
+CHECKED_REPS = 100
+CHECKED_TIME_S = 0.2
 
 
 def screen_request(req: dict, notify=None) -> dict:
@@ -51,7 +62,7 @@ def screen_request(req: dict, notify=None) -> dict:
     res = BenchResult(kernel_type=spec.name, backend=req["backend"], dtype=dt, shape=shape,
                       device=judge.environment()["name"], gpu_timing=False)
     res.extra.update(screen=True, config=req.get("config") or {}, shapes=[shape], weights=[1.0],
-                     interpreted=not cuda)
+                     interpreted=not cuda, checked=bool(req.get("checked")))
     verify = judge.fresh_guard()
     if verify is None:
         return {"bench_error": judge.TAMPERED_WORKER, "restart": True}
@@ -92,10 +103,16 @@ def screen_request(req: dict, notify=None) -> dict:
             from autokernel.bench import timing
             from autokernel.bench.between_calls import LeftBehind
 
-            args = make_inputs(spec, shape, to_dtype(dt), device, secret_int(3))
             try:
-                t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
-                                     max_reps=SCREEN_MAX_REPS, verify=verify)
+                if req.get("checked"):
+                    t, args, why = checked_timing(ctx, spec, shape, dt, device)
+                    if why:
+                        res.outcome, res.error = CHEAT, f"checked timing: {spec.shape_label(shape)}: {why}"
+                        return {"result": res.to_dict(), "restart": False}
+                else:
+                    args = make_inputs(spec, shape, to_dtype(dt), device, secret_int(3))
+                    t = timing.time_call(fn, args, device, min_reps=SCREEN_REPS, min_time_s=SCREEN_TIME_S,
+                                         max_reps=SCREEN_MAX_REPS, verify=verify)
             except LeftBehind as exc:  # what it left behind stays in this process: a new worker
                 res.outcome, res.error = CHEAT, f"screen: timing: {exc}"
                 return {"result": res.to_dict(), "restart": True}
@@ -128,3 +145,19 @@ def screen_request(req: dict, notify=None) -> dict:
     finally:
         restart = judge.end_judgement(old, cuda) or restart
     return {"result": res.to_dict(), "restart": restart}
+
+
+def checked_timing(ctx, spec, shape: dict, dt: str, device: str) -> tuple[dict, tuple, str | None]:
+    """(timing, the inputs, why it is a cheat or None): the full judgement's timing at one shape
+    (time_candidate.py), longer than the screen's and as closely checked."""
+    from autokernel.bench.across_calls import Refill
+    from autokernel.bench.time_candidate import library_at, tail_reason, timed_checked
+
+    refill = Refill(spec, shape, to_dtype(dt), device)
+    more = dict(min_reps=CHECKED_REPS, min_time_s=CHECKED_TIME_S)
+    t, why = timed_checked(ctx, ctx.fn, spec, refill, device, **more)
+    if not why and tail_reason(t):  # a stalled host or hidden work: hidden work shows again
+        t, why = timed_checked(ctx, ctx.fn, spec, refill, device, **more)
+    why = why or tail_reason(t) or library_at(ctx, spec, ctx.fn, refill, t.get("host_rep_us") or 0.0,
+                                                t["median_us"])
+    return t, refill.args, why

@@ -45,22 +45,22 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     for shape, w in zip(shapes, weights):
         refill = Refill(spec, shape, dtype, device)
         args = refill.args
-        t, why = _timed(ctx, fn, spec, refill, device)
-        if not why and _tail_reason(t):
+        t, why = timed_checked(ctx, fn, spec, refill, device)
+        if not why and tail_reason(t):
             # A tail is hidden work, or the host stalled between the last end event and the idle one
             # (the H200's host judged an honest rmsnorm "still running 271 us"). Timed again, hidden
             # work shows again and a stall does not; the second timing is the one kept, so a
             # candidate that hides work only in the first gains nothing.
-            t, why = _timed(ctx, fn, spec, refill, device)
-        why = why or _tail_reason(t)
+            t, why = timed_checked(ctx, fn, spec, refill, device)
+        why = why or tail_reason(t)
         if why:
             return f"{spec.shape_label(shape)}: {why}"
         e = supplied.get(shape_key(shape), {}).get("eager_us")
         if e and t["median_us"] * FLAG_SPEEDUP < e:
             # Too good to be true: time again (more repetitions) before reporting; still over
             # 10x -> flagged for review, never trusted silently.
-            t, why = _timed(ctx, fn, spec, refill, device, min_reps=200)
-            why = why or _tail_reason(t)
+            t, why = timed_checked(ctx, fn, spec, refill, device, min_reps=200)
+            why = why or tail_reason(t)
             if why:
                 return f"{spec.shape_label(shape)}: {why}"
             res.flagged = res.flagged or t["median_us"] * FLAG_SPEEDUP < e
@@ -90,7 +90,7 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     return None
 
 
-def _timed(ctx, fn, spec, refill: Refill, device: str, **more) -> tuple[dict, str | None]:
+def timed_checked(ctx, fn, spec, refill: Refill, device: str, **more) -> tuple[dict, str | None]:
     """One GPU timing of the candidate at refill's shape, a sample of its timed outputs checked
     against the reference (their verdict, or None), the judge's integrity checked after it. A call
     that leaves a mode, a stream or a thread behind raises between_calls.LeftBehind (the judge's
@@ -101,7 +101,7 @@ def _timed(ctx, fn, spec, refill: Refill, device: str, **more) -> tuple[dict, st
     return t, sampled.verdict()
 
 
-def _tail_reason(t: dict) -> str | None:
+def tail_reason(t: dict) -> str | None:
     if t["tail_us"] > TAIL_SLACK_US + 0.5 * t["median_us"]:
         probe = t.get("idle_probe_us")
         seen = f"; the same wait with nothing running: {probe:.0f} us" if probe is not None else ""
