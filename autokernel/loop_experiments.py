@@ -16,7 +16,9 @@ the store, so nothing is lost or counted twice; time spent comes from the rows' 
 
 Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
 run by more than the noise: new < best - max((iqr_new + iqr_best) / 2, 1% of best)
-(autokernel.orchestrator.noise_us says why).
+(autokernel.orchestrator.noise_us says why). A near miss (at least 0.4% under the best without
+beating the noise) is timed back to back with the best at the heaviest model shape, and kept when
+that pair finds it faster (paired.py: the pair cancels the drift the 1% allows for).
 
 Abandoned experiments are not counted as tried configurations the first time (they never got a
 verdict); see proposers/search.py.
@@ -28,7 +30,7 @@ import json
 import time
 from typing import Any, Optional
 
-from autokernel import screening
+from autokernel import paired, screening
 from autokernel.errors import AutoKernelError, LLMError, ProposerError
 from autokernel.loop_run import Judge, LoopEvent
 from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
@@ -309,6 +311,7 @@ class Loop:
         open_: list[tuple[Any, Any, Optional[str], float]] = []  # (row, worktree, sha, t0) without a verdict
         judged: list[tuple[Any, Any, str, Any, float, dict]] = []  # (row, worktree, sha, result, seconds, fields)
         said: dict[int, str] = {}  # row id -> where its screen's time went, for the log
+        sources: dict[int, str] = {}  # row id -> the candidate's source (a near miss is paired with the best)
         try:
             for proposal in proposals:
                 new, key = self.new_candidate(k, proposal, seen)
@@ -316,6 +319,7 @@ class Loop:
                     continue
                 t0 = time.monotonic()
                 exp, tag = self.start_experiment(k, proposal, key)
+                sources[exp.id] = proposal.source
                 open_.append((exp, None, None, t0))
                 worktree = self.ws.start_experiment(k.name, tag)
                 open_[-1] = (exp, worktree, None, t0)
@@ -347,6 +351,8 @@ class Loop:
             # a screened candidate has no full judgement: never kept (its status is set already)
             eligible = [j for j in judged if keepable(j[3], j[5], best_us, best_iqr)]
             winner = min(eligible, key=lambda j: j[3].latency_us) if eligible else None
+            if winner is None:
+                winner, judged = self.paired_winner(k, judged, sources, best_us, said)
             rows = []
             for exp, worktree, sha, res, seconds, extra in judged:
                 fields = verdict_fields(res, extra, winner is not None and exp.id == winner[0].id, seconds)
@@ -369,6 +375,38 @@ class Loop:
         for row, res, note in rows:
             self.recorded(k, row, res, note)
         self.state_event()
+
+    def paired_winner(self, k, judged: list, sources: dict[int, str], best_us: Optional[float],
+                      said: dict[int, str]) -> tuple[Any, list]:
+        """(the batch's fastest near miss when a back-to-back pair with the best finds it faster, or
+        None; `judged` with the pair's seconds added to that candidate's). A near miss: fully judged,
+        correct, not flagged, at least paired.PAIR_FROM under the best without beating the noise.
+        Its pair (paired.py) is timed at the kernel's heaviest model shape with the judge's checked
+        timing; the verdict goes into the row (paired_json) whatever it is."""
+        st = self.orch.states.get(k.id)
+        p = screening.plan(st.start_shapes, st.best_shapes) if st is not None and self.screen else None
+        near = [j for j in judged if j[5].get("status") != "screened" and j[3].correct and not j[3].flagged
+                and paired.near_miss(j[3].latency_us, best_us)]
+        if p is None or not near:
+            return None, judged
+        pick = min(near, key=lambda j: j[3].latency_us)
+        kw = dict(kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
+                  timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S), checked=True)
+
+        def once(source: str):
+            res = self.screen(source=source, **kw)
+            if res.correct and res.latency_us:
+                return res.latency_us, None
+            return None, (res.error or res.outcome or "no timing").strip().splitlines()[0][:200]
+
+        verdict = paired.compare(once, self.ws.read(k.name), sources[pick[0].id], rounds=paired.ROUNDS,
+                                 min_gain=paired.MIN_GAIN, shape=p.shape)
+        pick[5]["paired_json"] = json.dumps(verdict.to_dict())
+        said[pick[0].id] = "; ".join(filter(None, (said.get(pick[0].id), f"{verdict.line()} in {verdict.seconds:.1f} s")))
+        judged = [(e, w, sha, res, sec + (verdict.seconds if e.id == pick[0].id else 0.0), extra)
+                  for e, w, sha, res, sec, extra in judged]
+        winner = next(j for j in judged if j[0].id == pick[0].id) if verdict.faster else None
+        return winner, judged
 
     def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
         """(whether the proposal is new, its key): one judged before (its key in `seen`) is

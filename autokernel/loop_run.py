@@ -40,6 +40,8 @@ class LoopSummary:
     screened: int = 0  # candidates the screen timed (all kernels)
     screened_out: int = 0  # ... and stopped before the full judgement
     median_screen_s: Optional[float] = None  # what a candidate the screen stopped cost, median
+    paired: int = 0  # near misses timed back to back with the best (autokernel.paired)
+    paired_kept: int = 0  # ... and kept on that pair's verdict
     stop_reason: str = ""
     verify: Optional[dict[str, Any]] = None
     verify_error: Optional[str] = None
@@ -216,5 +218,7 @@ def summarize(store, run_id: int, orch: Orchestrator | None = None, *, status: s
                        screened=sum(1 for e in exps if e.screen_us is not None),
                        screened_out=sum(1 for e in exps if e.status == "screened"),
                        median_screen_s=statistics.median(stopped) if stopped else None,
+                       paired=sum(1 for e in exps if e.paired_json),
+                       paired_kept=sum(1 for e in exps if e.paired_json and e.status == "kept"),
                        judges=[j.to_dict() for j in judges],
                        throughput=run_totals(store, run_id, judges) if judges else None)

@@ -71,7 +71,7 @@ def keep_threshold_us(best_us: float, best_iqr: float | None) -> float:
     return best_us - noise_us(0.0, best_iqr, best_us)
 
 
-def _shapes_of(exp) -> list[dict]:
+def shapes_of(exp) -> list[dict]:
     """A row's per-shape timings; a row without them (older rows, hand-made ones) is one shape."""
     rows = objective.per_shape(getattr(exp, "details_json", None))
     if rows or not exp.latency_us:
@@ -103,6 +103,8 @@ class KernelState:
     kept: int = 0
     screened: int = 0  # candidates the screen judged (promoted or stopped)
     screened_out: int = 0  # ... of which it stopped
+    paired: int = 0  # near misses timed back to back with the best (paired.py)
+    paired_kept: int = 0  # ... that the pair found faster
     since_improvement: int = 0
     recent: list[bool] = field(default_factory=list)  # kept or not, oldest first
     steps: list[float] = field(default_factory=list)  # each keep's relative improvement
@@ -157,7 +159,7 @@ class Orchestrator:
         if exp.status == "baseline":
             if exp.latency_us:
                 st.baseline_us = exp.latency_us
-                st.start_shapes = _shapes_of(exp)
+                st.start_shapes = shapes_of(exp)
                 st.library = bool(exp.speedup_vs_eager) and any(r.get("eager_us") for r in st.start_shapes)
                 if st.best_us is None or exp.latency_us < st.best_us:
                     self._best(st, exp)
@@ -169,6 +171,9 @@ class Orchestrator:
         if getattr(exp, "screen_us", None) is not None:
             st.screened += 1
             st.screened_out += exp.status == "screened"
+        if getattr(exp, "paired_json", None):
+            st.paired += 1
+            st.paired_kept += exp.status == "kept"
         improved = exp.status == "kept"
         if improved:
             if st.best_us and exp.latency_us:
@@ -187,7 +192,7 @@ class Orchestrator:
         st.best_pct_peak = exp.pct_peak
         st.best_vs_eager = exp.speedup_vs_eager
         st.best_commit = exp.commit
-        st.best_shapes = _shapes_of(exp)
+        st.best_shapes = shapes_of(exp)
 
     def mark_exhausted(self, kernel_id: int) -> None:
         self.states[kernel_id].exhausted = True
@@ -278,7 +283,7 @@ class Orchestrator:
                 "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
                 "vs_library": v.vs_library if s.library else None, "realized": v.realized, "value": v.value,
                 "invest": v.invest, "explore": v.explore, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
-                "screened_out": s.screened_out, "time_s": s.time_s, "exhausted": s.exhausted,
+                "screened_out": s.screened_out, "paired": s.paired, "paired_kept": s.paired_kept, "time_s": s.time_s, "exhausted": s.exhausted,
                 "plateaued": self.plateaued(s)})
         return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}
 

@@ -117,6 +117,8 @@ class Experiment(SQLModel, table=True):
     # own single bench worker (a loop without --gpus/--workers/--ray)
     judge_id: Optional[int] = Field(default=None, foreign_key="judges.id")
     isolation: Optional[str] = None  # the judge's sandbox line, or "none: ..." when the candidate ran without
+    # a near miss's back-to-back timing against the best (paired.py: rounds, ratio, bound, verdict)
+    paired_json: Optional[str] = None
 
 
 class Judge(SQLModel, table=True):
