@@ -14,6 +14,7 @@ runs anywhere the state was copied to.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -78,6 +79,13 @@ def main(argv=None) -> int:
             print(f"  at {lim // 60} min of the {clock} clock: {e} experiments, {s} screened, {k} kept")
     for (kernel, status), count in sorted(by_kernel.items()):
         print(f"  {kernel} {status}: {count}")
+    if "paired_json" in {r[1] for r in c.execute("pragma table_info(experiments)")}:  # stores from 0008 on
+        for num, kernel, status, raw in c.execute("select number, kernel_type, status, paired_json from experiments "
+                                                  "where run_id = ? and paired_json is not null order by number",
+                                                  (run,)):
+            v = json.loads(raw)
+            ratio = f"{v['ratio']:.4f}x (99% bound {v['upper']:.4f})" if v.get("ratio") else "no ratio"
+            print(f"  paired #{num} {kernel}: {status}; {ratio}: {v.get('reason')} in {v.get('seconds', 0):.1f} s")
     return 0
 
 
