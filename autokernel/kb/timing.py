@@ -65,12 +65,15 @@ def nbytes(values) -> int:
 def samples_that_fit(total_bytes: int, in_bytes: int, out_bytes: int, samples: int = SAMPLES) -> int:
     """How many timed calls' outputs the check can hold on the device: each sampled call keeps its
     output alive (the ledger: a later call must not overwrite it) and a copy, 2 x out_bytes, next to
-    the inputs, the refill's new draw and the live output, and, at the verdict, the reference's
-    inputs and output (3 x each in all), within 85% of the device's memory; never fewer than one.
+    the inputs, the refill's new draw and the live output (3 x each), and the verdict's pass of the
+    reference while they are all held: its inputs made again and the forward's working set, taken
+    as three outputs; within 85% of the device's memory, never fewer than one.
     KernelBench's level-1 elementwise problems have 6.4 GB inputs and outputs (4096 x 393216 fp32):
-    five samples (64 GB) and the rest outgrew an 80 GB H100, and the start crashed out of memory."""
+    five samples (64 GB) and the rest outgrew an 80 GB H100, and the start crashed out of memory.
+    Then L1 91 cumsum_reverse (4.3 GB each) did with four: its reference flips, sums and flips again,
+    three outputs' worth beside its inputs, which the count had left to samples."""
     per = 2 * max(1, out_bytes)
-    room = 0.85 * total_bytes - 3 * (in_bytes + out_bytes)
+    room = 0.85 * total_bytes - 3 * (in_bytes + out_bytes) - (in_bytes + 3 * out_bytes)
     return max(1, min(samples, int(room // per)))
 
 
