@@ -400,7 +400,8 @@ class Loop:
             return None, (res.error or res.outcome or "no timing").strip().splitlines()[0][:200]
 
         verdict = paired.compare(once, self.ws.read(k.name), sources[pick[0].id], rounds=paired.ROUNDS,
-                                 min_gain=paired.MIN_GAIN, shape=p.shape)
+                                 min_gain=paired.MIN_GAIN, shape=p.shape, most=paired.MAX_ROUNDS,
+                                 budget_s=paired.PAIR_BUDGET_S)
         pick[5]["paired_json"] = json.dumps(verdict.to_dict())
         said[pick[0].id] = "; ".join(filter(None, (said.get(pick[0].id), f"{verdict.line()} in {verdict.seconds:.1f} s")))
         judged = [(e, w, sha, res, sec + (verdict.seconds if e.id == pick[0].id else 0.0), extra)

@@ -9,7 +9,7 @@ timed within 0.2-0.9% of it, so the floor is needed, and it turns away the small
 all a kernel near its ceiling has left.
 
 A pair cancels the drift instead of allowing for it. The best and the candidate are timed in turn,
-ROUNDS times, in the order best-candidate, then candidate-best (a drift during a round counts
+ROUNDS to MAX_ROUNDS times (as many as PAIR_BUDGET_S allows at the first round's pace), in the order best-candidate, then candidate-best (a drift during a round counts
 against each side equally often), each time with the judge's checked timing at the kernel's
 heaviest model shape (bench/screen.py `checked`: refilled inputs, sampled outputs compared with
 the reference, a median over hundreds of calls). Each round gives a ratio candidate / best; their
@@ -32,7 +32,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-ROUNDS = 6
+ROUNDS = 6  # the fewest rounds of a pair
+MAX_ROUNDS = 12  # the most: a cheap kernel gets more rounds within PAIR_BUDGET_S
+PAIR_BUDGET_S = 20.0  # what a pair may take; the number of rounds is set from the first round's time
 MIN_GAIN = 0.003  # the smallest gain a pair may keep (of the best's time)
 PAIR_FROM = 0.004  # a fully judged candidate this much under the best, not beating the noise, is paired
 # Student's t, one-sided 99%, by number of rounds (degrees of freedom = rounds - 1)
@@ -92,26 +94,43 @@ def decide(best_us: list[float], candidate_us: list[float], min_gain: float = MI
     return v
 
 
+def rounds_for(first_round_s: float, least: int = ROUNDS, most: int = MAX_ROUNDS,
+               budget_s: float = PAIR_BUDGET_S) -> int:
+    """How many rounds a pair runs, from what its first round took: as many as fit budget_s, between
+    `least` and `most`. Set from a time alone, never from the ratios seen, so the test's level holds.
+    (The H100's pairs: rmsnorm's six rounds took 2 s, fused_mlp's 16 s; the bound's width goes with
+    t / sqrt(rounds): 1.37 at six rounds, 0.78 at twelve.)"""
+    if first_round_s <= 0:
+        return most
+    return max(least, min(most, int(budget_s // first_round_s)))
+
+
 def compare(time_once: TimeOnce, best_source: str, candidate_source: str, rounds: int = ROUNDS,
-            min_gain: float = MIN_GAIN, shape: Optional[dict] = None) -> PairedVerdict:
+            min_gain: float = MIN_GAIN, shape: Optional[dict] = None, most: Optional[int] = None,
+            budget_s: float = PAIR_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> PairedVerdict:
     """Time the best and the candidate in turn (best first in even rounds, candidate first in odd
-    ones) and decide. A timing that fails (a crash, a wrong sampled output, a cheat, a timeout) ends
-    the pair with faster=False and says whose timing it was."""
-    t0 = time.monotonic()
+    ones) and decide. `rounds` at least; with `most`, up to that many as the first round's time and
+    `budget_s` allow (rounds_for). A timing that fails (a crash, a wrong sampled output, a cheat, a
+    timeout) ends the pair with faster=False and says whose timing it was."""
+    t0 = clock()
     best: list[float] = []
     cand: list[float] = []
-    for i in range(rounds):
+    i = 0
+    while i < rounds:
+        if i == 1 and most is not None:
+            rounds = rounds_for(clock() - t0, rounds, most, budget_s)
         order = [("best", best_source, best), ("candidate", candidate_source, cand)]
         for who, source, into in (order if i % 2 == 0 else order[::-1]):
             us, why = time_once(source)
             if us is None:
                 v = PairedVerdict(rounds=len(cand), best_us=best, candidate_us=cand, shape=shape,
                                   reason=f"the {who}'s checked timing failed in round {i + 1}: {why}")
-                v.seconds = time.monotonic() - t0
+                v.seconds = clock() - t0
                 return v
             into.append(us)
+        i += 1
     v = decide(best, cand, min_gain)
-    v.shape, v.seconds = shape, time.monotonic() - t0
+    v.shape, v.seconds = shape, clock() - t0
     return v
 
 

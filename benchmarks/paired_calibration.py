@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", required=True, help="the AutoKernel home of a loop run (its store and workspace)")
     ap.add_argument("--repeats", type=int, default=2, help="pairs of identical programs per kernel")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds per pair (default: the loop's)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per pair (default: as many as the loop's)")
     ap.add_argument("--try", dest="tries", action="append", default=[], help="KERNEL_TYPE:NAME=VALUE,...")
     ap.add_argument("--out", default="paired_calibration.jsonl")
     args = ap.parse_args(argv)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = resolve_home(args.home)
     store, ws = Store(paths.db), Workspace.open(paths)
     tries = parse_try(args.tries)
-    rounds = args.rounds or paired.ROUNDS
+    rounds = args.rounds or paired.ROUNDS  # and, without --rounds, up to MAX_ROUNDS as the loop does
     env = {**os.environ, "TRITON_CACHE_DIR": str(paths.cache / "triton"),
            "TORCHINDUCTOR_CACHE_DIR": str(paths.cache / "inductor")}
     worker = BenchWorker(env=env)
@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = {**parse_source(best).config, **tries[k.kernel_type]}
                     pairs.append((json.dumps(tries[k.kernel_type], sort_keys=True), with_config(best, cfg)))
                 for what, cand in pairs:
-                    v = paired.compare(once, best, cand, rounds=rounds, shape=plan.shape)
+                    v = paired.compare(once, best, cand, rounds=rounds, shape=plan.shape,
+                                       most=None if args.rounds else paired.MAX_ROUNDS)
                     f.write(json.dumps({"kernel": k.name, "what": what, **v.to_dict()}) + "\n")
                     f.flush()
                     ratios = [c / b for b, c in zip(v.best_us, v.candidate_us)]

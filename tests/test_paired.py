@@ -59,6 +59,24 @@ def test_compare_alternates_the_order_and_stops_at_a_failed_timing():
     assert paired.near_miss(99.0, 100.0) and not paired.near_miss(99.8, 100.0) and not paired.near_miss(None, 100.0)
 
 
+def test_a_cheap_pair_runs_more_rounds_and_a_dear_one_the_fewest():
+    """The number of rounds comes from the first round's time (never from its ratio): as many as
+    the budget allows, between the least and the most."""
+    assert paired.rounds_for(0.3, 6, 12, 20.0) == 12 and paired.rounds_for(2.7, 6, 12, 20.0) == 7
+    assert paired.rounds_for(10.0, 6, 12, 20.0) == 6 and paired.rounds_for(0.0, 6, 12, 20.0) == 12
+    clock = [0.0]
+
+    def once(source, pace):
+        clock[0] += pace
+        return (95.0 if source == "cand" else 100.0) * (1 + 0.001 * (len(calls) % 3)), None
+
+    for pace, want in ((0.1, 12), (3.0, 6), (1.0, 10)):
+        calls: list[str] = []
+        fake = lambda s, pace=pace: (calls.append(s), once(s, pace))[1]  # noqa: E731
+        v = paired.compare(fake, "best", "cand", rounds=6, most=12, budget_s=20.0, clock=lambda: clock[0])
+        assert v.rounds == want and len(calls) == 2 * want and v.faster, (pace, v.rounds)
+
+
 def _screen():
     from autokernel.bench.runner import BenchWorker
     from autokernel.cpu_timing import CPUTimedJudge
@@ -108,6 +126,7 @@ def test_the_loop_keeps_a_near_miss_only_when_its_pair_finds_it_faster(home, mon
 
     monkeypatch.setattr(orchestrator, "NOISE_FLOOR", 0.3)
     monkeypatch.setattr(paired, "ROUNDS", 3)
+    monkeypatch.setattr(paired, "MAX_ROUNDS", 3)
     store, ws, k = add_tiny_kernel(home, _with(TINY_REDUCE, DELAY_MS=40))
     script = [{"DELAY_MS": 20}, {"DELAY_MS": 12}, {"DELAY_MS": 12, "BLOCK": 512}]
     summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120, margin=5.0,
