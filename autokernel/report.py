@@ -37,6 +37,7 @@ class ReportRow:
     duration_s: Optional[float] = None  # wall time the experiment took (the plot's x axis adds them up)
     screen_us: Optional[float] = None  # its time at the heaviest shape, when the screen timed it
     screen_best_us: Optional[float] = None  # the best's time there
+    paired: Optional[dict] = None  # a near miss's back-to-back pair with the best (autokernel.paired)
 
     @property
     def starting_point(self) -> bool:
@@ -60,7 +61,8 @@ def build_rows(store, run_id: Optional[int] = None) -> list[ReportRow]:
             "backend": e.backend, "run": e.run_id,
         }
         rows.append(ReportRow(values, k.name if k else (e.kernel_type or "?"), k.share if k else 0.0, e.proposer,
-                              e.duration_s, e.screen_us, e.screen_best_us))
+                              e.duration_s, e.screen_us, e.screen_best_us,
+                              json.loads(e.paired_json) if e.paired_json else None))
     return rows
 
 
@@ -283,7 +285,7 @@ def format_md(rows: list[ReportRow], llm: Optional[list[LLMUsage]] = None) -> st
     if model is not None:
         overall += f"; estimated model speed-up (Amdahl, from profile shares) {_x(model)}"
     lines += ["", overall + ".", ""]
-    lines += screening_md(summaries) + history_md(rows)
+    lines += screening_md(summaries) + pairs_md(rows) + history_md(rows)
     return "\n".join(lines) + llm_md(llm)
 
 
@@ -297,6 +299,21 @@ def screening_md(summaries: list[KernelSummary]) -> list[str]:
     return [f"Screening: {out_} of {timed} screened candidates stopped before the full judgement, "
             f"{sum(s.stopped_slow for s in summaries)} of them {SLOW:g}x the best's time or slower; "
             f"fully judged at {SLOW:g}x the best or slower: {sum(s.judged_slow for s in summaries)}.", ""]
+
+
+def pairs_md(rows: list[ReportRow]) -> list[str]:
+    """The near misses timed back to back with the best, each with its verdict (nothing without)."""
+    pairs = [r for r in rows if r.paired]
+    if not pairs:
+        return []
+    lines = [f"Pairs: {len(pairs)} near misses timed back to back with the best, "
+             f"{sum(r.values['status'] == 'kept' for r in pairs)} kept on the pair's verdict.", "",
+             "| # | kernel | rounds | candidate / best | 99% bound | verdict |", "|---:|---|---:|---:|---:|---|"]
+    for r in pairs:
+        v = r.paired
+        lines.append(f"| {r.values['experiment']} | {_md_cell(r.kernel)} | {v.get('rounds', 0)} "
+                     f"| {_num(v.get('ratio'))} | {_num(v.get('upper'))} | {_md_cell(str(v.get('reason') or ''))} |")
+    return lines + [""]
 
 
 def history_md(rows: list[ReportRow]) -> list[str]:
@@ -316,7 +333,8 @@ def history_md(rows: list[ReportRow]) -> list[str]:
             spent[run] = spent.get(run, 0.0) + float(r.duration_s or 0.0)
             if r.kernel == name and r.values["status"] in ACHIEVED:
                 v = r.values
-                lines.append(f"| {v['experiment']} | {run} | {spent[run] / 60:.1f} | {v['status']} "
+                status = v["status"] + (" (paired)" if r.paired else "")
+                lines.append(f"| {v['experiment']} | {run} | {spent[run] / 60:.1f} | {status} "
                              f"| {_num(v['latency_us'])} | {_x(v['speedup_vs_pytorch'])} "
                              f"| {_md_cell(str(v['description'] or ''))[:120]} |")
         lines.append("")

@@ -131,6 +131,32 @@ def test_screening_is_counted(home):
     assert "| 3/4 |" in md
 
 
+def test_pairs_are_listed_and_a_paired_keep_is_marked(home):
+    """A near miss's pair (autokernel/paired.py) is in the report: its rounds, ratio, bound and
+    verdict, and a keep that came from it says so in the kernel's history."""
+    import json as _json
+
+    from autokernel.paired import decide
+
+    with Store(home.db) as store:
+        run = store.create_run("loop", model="m")
+        k = store.add_kernel("m.rmsnorm", "rmsnorm", model="m", share=0.2)
+        common = dict(run_id=run.id, kernel_id=k.id, kernel_type="rmsnorm")
+        store.add_experiment(**common, proposer="baseline", status="baseline", latency_us=100.0, duration_s=30.0)
+        kept = decide([100.0, 101.0, 99.5, 100.2, 100.8, 99.9], [98.4, 99.5, 97.9, 98.7, 99.1, 98.3])
+        same = decide([100.0, 101.0, 99.5, 100.2, 100.8, 99.9], [100.3, 100.6, 99.2, 100.5, 100.4, 100.1])
+        assert kept.faster and not same.faster
+        store.add_experiment(**common, proposer="search", status="kept", latency_us=99.3, duration_s=12.0,
+                             description="TILE_ELEMS=8192", paired_json=_json.dumps(kept.to_dict()))
+        store.add_experiment(**common, proposer="search", status="reverted", latency_us=99.5, duration_s=12.0,
+                             description="MAX_WARPS=8", paired_json=_json.dumps(same.to_dict()))
+        md = format_md(build_rows(store, run.id))
+    assert "Pairs: 2 near misses timed back to back with the best, 1 kept on the pair's verdict." in md
+    assert f"| 2 | m.rmsnorm | 6 | {kept.ratio:.4f} | {kept.upper:.4f} | faster |" in md
+    assert f"| 3 | m.rmsnorm | 6 | {same.ratio:.4f} | {same.upper:.4f} | not faster with 99% confidence |" in md
+    assert "| kept (paired) | 99.3 |" in md
+
+
 def test_summary_and_amdahl_values(filled):
     home, ids = filled
     with Store(home.db) as store:
