@@ -263,3 +263,40 @@ def test_the_live_view_shows_the_library_the_screen_and_why(home):
     assert "why: m.rmsnorm (1.25x the library, 10% of the model)" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("│ m.rmsnorm") or "m.rmsnorm  " in line)
     assert "1.25" in row and "1/2 +3 invalid" in row
+
+
+def test_the_live_view_counts_the_pairs(home):
+    """A near miss timed back to back with the best (autokernel/paired.py) shows in the live view:
+    the pairs above the table, and a keep that came from one beside the kernel's keeps."""
+    from rich.console import Console
+
+    from autokernel.cli.loop import Display
+    from autokernel.loop import LoopEvent
+    from autokernel.orchestrator import Orchestrator
+    from autokernel.paired import decide
+    from autokernel.store import Store
+
+    store = Store(home.db)
+    run = store.create_run("loop", model="m")
+    k = store.add_kernel("m.rmsnorm", "rmsnorm", model="m", share=0.1)
+    common = dict(run_id=run.id, kernel_id=k.id, kernel_type="rmsnorm", duration_s=1.0)
+    store.add_experiment(**common, proposer="baseline", status="baseline", latency_us=512.0)
+    yes = decide([10.0, 10.1, 9.9, 10.0], [9.8, 9.9, 9.7, 9.8])
+    no = decide([10.0, 10.1, 9.9, 10.0], [10.0, 10.0, 10.0, 10.0])
+    assert yes.faster and not no.faster
+    store.add_experiment(**common, proposer="search", status="kept", latency_us=505.0,
+                         paired_json=json.dumps(yes.to_dict()))
+    store.add_experiment(**common, proposer="search", status="reverted", latency_us=503.0,
+                         paired_json=json.dumps(no.to_dict()))
+    orch = Orchestrator.from_store(store, run.id, [k])
+    snap = orch.snapshot()
+    assert (snap["kernels"][0]["paired"], snap["kernels"][0]["paired_kept"]) == (2, 1)
+    snap.update(run_id=run.id, experiments=2)
+    display = Display(live=False)
+    display(LoopEvent("state", "", snap))
+    console = Console(width=200, record=True)
+    console.print(display.render())
+    text = console.export_text()
+    assert "pairs: 2 near misses timed against the best, 1 kept" in text
+    row = next(line for line in text.splitlines() if "m.rmsnorm" in line and "%" in line)
+    assert "1 (1 paired)" in row

@@ -49,9 +49,10 @@ def kernels_table(kernels: list[dict[str, Any]], title: str = "") -> Table:
         screen = f"{k.get('screened_out', 0)}/{screened}" if screened else "-"
         if k.get("rejected"):
             screen += f" +{k['rejected']} invalid"
+        kept = str(k["kept"]) + (f" ({k['paired_kept']} paired)" if k.get("paired_kept") else "")
         t.add_row(k["name"], f"{100 * k['share']:.1f}%", number(k["baseline_us"]), number(k["best_us"]),
                   f"{k['speedup_vs_baseline']:.3f}", number(k.get("vs_library"), ".2f"), number(k["pct_peak"], ".1f"),
-                  str(k["attempts"]), str(k["kept"]), screen, _fmt_s(k["time_s"]), state)
+                  str(k["attempts"]), kept, screen, _fmt_s(k["time_s"]), state)
     return t
 
 
@@ -89,7 +90,10 @@ class Display:
         screen = Text(f"screen: {out_} of {timed} candidates stopped"
                       + (f" ({100 * out_ / timed:.0f}%)" if timed else "")
                       + f", {sum(k.get('rejected') or 0 for k in ks)} invalid before compiling, "
-                        f"{s.get('duplicates', 0)} repeats skipped", style="dim")
+                        f"{s.get('duplicates', 0)} repeats skipped"
+                      + (f"; pairs: {sum(k.get('paired') or 0 for k in ks)} near misses timed against the best, "
+                         f"{sum(k.get('paired_kept') or 0 for k in ks)} kept" if any(k.get("paired") for k in ks)
+                         else ""), style="dim")
         parts = [head, screen, Text(f"why: {self.why}", style="dim"), Text(f"now: {self.current}"),
                  Text(f"last: {self.last}")]
         if s.get("judges"):
