@@ -453,7 +453,8 @@ def test_generated_starts_compile_for_sm90(home):
             new(*mod.get_inputs())
         launches += got
     names = {rec.name for rec in launches}
-    assert {"_kb_stats_kernel", "_kb_stats_finish_kernel", "_kb_rnn_step_kernel", "_fa__attn_fwd"} <= names
+    assert {"_kb_stats_kernel", "_kb_stats_finish_kernel", "_kb_rnn_xw_kernel", "_kb_rnn_step_kernel",
+            "_fa__attn_fwd"} <= names
     assert compile_for_gpu(launches) == len(launches)
 
 

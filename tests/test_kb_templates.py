@@ -170,13 +170,23 @@ def test_norm_and_rnn_templates_match_torch():
     mean, scale, shift = norm.kernel_fn(x, gn, "group")
     close((x - mean) * scale + shift, gn(x), atol=1e-4)
     torch.manual_seed(0)
+    # both directions in one launch per step, the backward one from the sequence's end; hidden sizes
+    # and batches over one tile (H 70: three 32-wide tiles and two 64-wide chunks; B 18: two 16-row tiles)
     for cls, lstm in ((nn.GRU, False), (nn.LSTM, True)):
-        mod = cls(5, 7, num_layers=2, batch_first=True)
-        seq = torch.randn(2, 4, 5)
-        out, h = rnn._kb_rnn(seq, None, mod, lstm)
-        ref_out, ref_h = mod(seq)
-        close(out, ref_out, atol=1e-4)
-        close(h[0] if lstm else h, ref_h[0] if lstm else ref_h, atol=1e-4)
+        for (i, hid, b, t, layers, bi, bias, first) in ((5, 7, 2, 4, 2, False, True, True),
+                                                       (9, 70, 18, 3, 2, True, False, False),
+                                                       (4, 16, 3, 5, 1, True, True, True)):
+            mod = cls(i, hid, num_layers=layers, batch_first=first, bidirectional=bi, bias=bias)
+            seq = torch.randn(b, t, i) if first else torch.randn(t, b, i)
+            d = 2 if bi else 1
+            h0 = torch.randn(layers * d, b, hid)
+            for hx in (None, (h0, torch.randn(layers * d, b, hid)) if lstm else h0):
+                out, h = rnn._kb_rnn(seq, hx, mod, lstm)
+                ref_out, ref_h = mod(seq) if hx is None else mod(seq, hx)
+                close(out, ref_out, atol=1e-4)
+                close(h[0] if lstm else h, ref_h[0] if lstm else ref_h, atol=1e-4)
+                if lstm:
+                    close(h[1], ref_h[1], atol=1e-4)
 
 
 def test_graph_launch_and_torch_only_templates():

@@ -25,13 +25,14 @@ def rnn_forward(x, hx, module, lstm: bool):
 
 
 def rnn_launches(gm, node) -> int:
-    """Kernel launches of one rnn_forward node: a step kernel per time step, layer and direction."""
+    """Kernel launches of one rnn_forward node: per layer, the input projection and a step kernel per
+    time step (both directions in one launch)."""
     from autokernel.kb.fx_nodes import node_shape
 
     x, mod = node.args[0], gm.get_submodule(node.args[2].target)
     shape = node_shape(x) or (1,)
     steps = shape[1] if mod.batch_first and len(shape) == 3 else shape[0]
-    return steps * mod.num_layers * (2 if mod.bidirectional else 1)
+    return (steps + 1) * mod.num_layers
 
 
 def rewrite_rnns(gm) -> bool:
