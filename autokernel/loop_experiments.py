@@ -403,7 +403,8 @@ class Loop:
                                  min_gain=paired.MIN_GAIN, shape=p.shape, most=paired.MAX_ROUNDS,
                                  budget_s=paired.PAIR_BUDGET_S)
         pick[5]["paired_json"] = json.dumps(verdict.to_dict())
-        said[pick[0].id] = "; ".join(filter(None, (said.get(pick[0].id), f"{verdict.line()} in {verdict.seconds:.1f} s")))
+        note = f"{verdict.line()} in {verdict.seconds:.1f} s"
+        said[pick[0].id] = "; ".join(filter(None, (said.get(pick[0].id), note)))
         judged = [(e, w, sha, res, sec + (verdict.seconds if e.id == pick[0].id else 0.0), extra)
                   for e, w, sha, res, sec, extra in judged]
         winner = next(j for j in judged if j[0].id == pick[0].id) if verdict.faster else None

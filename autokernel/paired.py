@@ -9,8 +9,9 @@ timed within 0.2-0.9% of it, so the floor is needed, and it turns away the small
 all a kernel near its ceiling has left.
 
 A pair cancels the drift instead of allowing for it. The best and the candidate are timed in turn,
-ROUNDS to MAX_ROUNDS times (as many as PAIR_BUDGET_S allows at the first round's pace), in the order best-candidate, then candidate-best (a drift during a round counts
-against each side equally often), each time with the judge's checked timing at the kernel's
+ROUNDS to MAX_ROUNDS times (as many as PAIR_BUDGET_S allows at the first round's pace), in the
+order best-candidate, then candidate-best (a drift during a round counts against each side equally
+often), each time with the judge's checked timing at the kernel's
 heaviest model shape (bench/screen.py `checked`: refilled inputs, sampled outputs compared with
 the reference, a median over hundreds of calls). Each round gives a ratio candidate / best; their
 geometric mean and its one-sided 99% upper bound (Student's t over the rounds' log ratios) decide:
@@ -19,7 +20,8 @@ the candidate is faster when the bound is under 1 and the mean under 1 - MIN_GAI
 Both are timed in the bench worker as every candidate is, one request each, so neither can reach
 the other's code. Only a candidate that passed its full judgement and finished at least
 PAIR_FROM under the best without beating the noise is paired: a program identical to the best
-then costs one pair (about 15 s on an H100), and the pair says no.
+then costs one pair (about 15 s on an H100), and the pair says no. A candidate that slowed the worker's next request would slow the best only in the
+rounds where the best follows it (every other one): the rounds then disagree, and the bound says no.
 
 No torch here: the loop calls it between bench calls.
 """
