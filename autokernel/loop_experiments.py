@@ -390,6 +390,8 @@ class Loop:
         if p is None or not near:
             return None, judged
         pick = min(near, key=lambda j: j[3].latency_us)
+        if not (pick[3].gpu_timing or paired.ON_CPU):
+            return None, judged
         kw = dict(kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
                   timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S), checked=True)
 

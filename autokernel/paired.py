@@ -39,6 +39,9 @@ MAX_ROUNDS = 12  # the most: a cheap kernel gets more rounds within PAIR_BUDGET_
 PAIR_BUDGET_S = 20.0  # what a pair may take; the number of rounds is set from the first round's time
 MIN_GAIN = 0.003  # the smallest gain a pair may keep (of the best's time)
 PAIR_FROM = 0.004  # a fully judged candidate this much under the best, not beating the noise, is paired
+# CPU (interpreter) wall-clock timings rank candidates on that machine only, and a pair costs about a
+# minute there: the loop pairs GPU timings alone unless this is set (the CPU tests set it)
+ON_CPU = False
 # Student's t, one-sided 99%, by number of rounds (degrees of freedom = rounds - 1)
 T99 = {2: 31.821, 3: 6.965, 4: 4.541, 5: 3.747, 6: 3.365, 7: 3.143, 8: 2.998, 9: 2.896, 10: 2.821,
        11: 2.764, 12: 2.718}

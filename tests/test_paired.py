@@ -10,6 +10,7 @@ import pytest
 
 from autokernel import paired
 from autokernel.kernelfile import parse_source, with_config
+from autokernel.proposers.base import Proposal, SearchExhausted
 
 from test_loop import SHAPES, TINY_REDUCE, add_tiny_kernel
 from test_screening import Scripted
@@ -100,44 +101,61 @@ def test_a_pair_on_the_cpu_tells_a_faster_kernel_from_the_same_one():
         return (res.latency_us, None) if res.correct and res.latency_us else (None, res.error or res.outcome)
 
     try:
-        slow, fast = _with(TINY_REDUCE, DELAY_MS=40), _with(TINY_REDUCE, DELAY_MS=30)
-        v = paired.compare(once, slow, fast, rounds=3)
-        # (the interpreter's run of the kernel adds about 20 ms to each call on this machine)
-        assert v.faster and 0.6 < v.ratio < 0.9, v
-        assert all(t > 30_000 for t in v.best_us + v.candidate_us)  # the sleep is in what was timed
+        # five rounds: a busy CI machine once timed one call of the best 15% slow, and three rounds'
+        # bound (t = 6.97) did not hold a 25% gain under 1
+        slow, fast = _with(TINY_REDUCE, DELAY_MS=60), _with(TINY_REDUCE, DELAY_MS=20)
+        v = paired.compare(once, slow, fast, rounds=5)
+        # (the interpreter's run of the kernel adds 5-25 ms to each call on this machine)
+        assert v.faster and 0.3 < v.ratio < 0.8, v
+        assert all(t > 20_000 for t in v.best_us + v.candidate_us)  # the sleep is in what was timed
         # the same program under another key (a comment): no gain, whatever the rounds' drift
-        v = paired.compare(once, slow, slow + "\n# the same kernel\n", rounds=3)
-        assert not v.faster and 0.9 < v.ratio < 1.1, v
+        v = paired.compare(once, slow, slow + "\n# the same kernel\n", rounds=5)
+        assert not v.faster and 0.8 < v.ratio < 1.25, v
         # a candidate whose sampled outputs are wrong fails its timing: never faster
         wrong = _with(TINY_REDUCE, DELAY_MS=0, VARIANT="off_by_one")
-        v = paired.compare(once, slow, wrong, rounds=3)
+        v = paired.compare(once, slow, wrong, rounds=5)
         assert not v.faster and v.reason.startswith("the candidate's checked timing failed in round 1"), v
     finally:
         worker.close()
 
 
+class ThenTheSame(Scripted):
+    """The given configurations in order, then the current best again with one more module-level
+    name: the same program under another key."""
+
+    def propose(self, source, spec, history, last_result=None, *, kernel=None):
+        if self.configs:
+            return super().propose(source, spec, history, last_result, kernel=kernel)
+        if "_THE_SAME_PROGRAM" in source:
+            raise SearchExhausted("script done")
+        return Proposal(source=source + "\n_THE_SAME_PROGRAM = 1\n", description="the best again",
+                        config=parse_source(source).config)
+
+
 def test_the_loop_keeps_a_near_miss_only_when_its_pair_finds_it_faster(home, monkeypatch):
-    """With the keep rule's floor raised to 30% (the CPU's timings of one kernel move by several
-    percent), a candidate 40% faster is an ordinary keep, one about 25% faster is a near miss
-    that its pair keeps, and the same program under another key is a near miss only by chance and
-    then its pair says no. Rows say which; the branch holds the keeps."""
+    """With the keep rule's floor raised to 50% (the CPU's timings of one kernel move by several
+    percent, and the interpreter adds 5-25 ms to each call of the tiny kernel), a candidate sleeping
+    20 ms instead of 80 is an ordinary keep, one sleeping 12 instead of 20 (18-32% faster) is a near
+    miss that its pair keeps, and the same program under another key is a near miss only by chance
+    and then its pair says no. Rows say which; the branch holds the keeps."""
     from autokernel import orchestrator
     from autokernel.loop import run_loop
 
-    monkeypatch.setattr(orchestrator, "NOISE_FLOOR", 0.3)
-    monkeypatch.setattr(paired, "ROUNDS", 3)
-    monkeypatch.setattr(paired, "MAX_ROUNDS", 3)
-    store, ws, k = add_tiny_kernel(home, _with(TINY_REDUCE, DELAY_MS=40))
-    script = [{"DELAY_MS": 20}, {"DELAY_MS": 12}, {"DELAY_MS": 12, "BLOCK": 512}]
+    monkeypatch.setattr(orchestrator, "NOISE_FLOOR", 0.5)
+    monkeypatch.setattr(paired, "ROUNDS", 5)
+    monkeypatch.setattr(paired, "MAX_ROUNDS", 5)
+    monkeypatch.setattr(paired, "ON_CPU", True)  # the loop pairs GPU timings only, unless told
+    store, ws, k = add_tiny_kernel(home, _with(TINY_REDUCE, DELAY_MS=80))
     summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120, margin=5.0,
-                       proposer=Scripted(script), on_event=lambda e: None)
-    found = [e for e in store.list_experiments(run_id=summary.run_id) if e.proposer != "baseline"]
-    by = {(json.loads(e.config_json)["DELAY_MS"], json.loads(e.config_json)["BLOCK"]): e for e in found}
-    big, near, same = by[(20, 256)], by[(12, 256)], by[(12, 512)]
-    assert big.status == "kept" and big.paired_json is None  # 40% faster: the keep rule itself
+                       proposer=ThenTheSame([{"DELAY_MS": 20}, {"DELAY_MS": 12}]), on_event=lambda e: None)
+    big, near, same = [e for e in store.list_experiments(run_id=summary.run_id) if e.proposer != "baseline"]
+    assert json.loads(big.config_json)["DELAY_MS"] == 20 and json.loads(near.config_json)["DELAY_MS"] == 12
+    assert json.loads(same.config_json) == json.loads(near.config_json) and same.candidate_key != near.candidate_key
+    assert big.status == "kept" and big.paired_json is None  # over 50% faster: the keep rule itself
+    assert near.paired_json, (near.status, near.latency_us, big.latency_us)
     v = json.loads(near.paired_json)
-    assert near.status == "kept" and v["faster"] and v["rounds"] == 3 and 0.6 < v["ratio"] < 0.9, v
-    assert near.latency_us > big.latency_us * 0.7  # under the 30% floor: only the pair could keep it
+    assert near.status == "kept" and v["faster"] and v["rounds"] == 5 and 0.6 < v["ratio"] < 0.9, v
+    assert near.latency_us > big.latency_us * 0.5  # under the 50% floor: only the pair could keep it
     assert same.status == "reverted"
     if same.paired_json:  # a near miss by chance: its pair found no gain
         assert not json.loads(same.paired_json)["faster"]
