@@ -393,12 +393,12 @@ def test_convolutions_by_op_and_kernel_name():
 def test_the_tail_verdict_shows_what_the_host_alone_waits():
     """A tail over the slack is hidden work; its reason also says how long the same wait took with
     nothing running (the idle probe), so that a host delay reads apart from a side stream."""
-    from autokernel.bench.time_candidate import TAIL_SLACK_US, _tail_reason
+    from autokernel.bench.time_candidate import TAIL_SLACK_US, tail_reason
 
-    assert _tail_reason({"tail_us": TAIL_SLACK_US, "median_us": 10.0, "idle_probe_us": 30.0}) is None
-    why = _tail_reason({"tail_us": 2400.0, "median_us": 10.0, "idle_probe_us": 31.0})
+    assert tail_reason({"tail_us": TAIL_SLACK_US, "median_us": 10.0, "idle_probe_us": 30.0}) is None
+    why = tail_reason({"tail_us": 2400.0, "median_us": 10.0, "idle_probe_us": 31.0})
     assert "2400 us after its last timed call" in why and "nothing running: 31 us" in why and "\n" not in why
-    assert "nothing running" not in _tail_reason({"tail_us": 2400.0, "median_us": 10.0})
+    assert "nothing running" not in tail_reason({"tail_us": 2400.0, "median_us": 10.0})
 
 
 def test_the_flush_buffer_is_checked_at_each_use_not_only_made_once():
