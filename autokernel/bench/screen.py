@@ -151,13 +151,8 @@ def checked_timing(ctx, spec, shape: dict, dt: str, device: str) -> tuple[dict, 
     """(timing, the inputs, why it is a cheat or None): the full judgement's timing at one shape
     (time_candidate.py), longer than the screen's and as closely checked."""
     from autokernel.bench.across_calls import Refill
-    from autokernel.bench.time_candidate import library_at, tail_reason, timed_checked
+    from autokernel.bench.time_candidate import timed_at_shape
 
     refill = Refill(spec, shape, to_dtype(dt), device)
-    more = dict(min_reps=CHECKED_REPS, min_time_s=CHECKED_TIME_S)
-    t, why = timed_checked(ctx, ctx.fn, spec, refill, device, **more)
-    if not why and tail_reason(t):  # a stalled host or hidden work: hidden work shows again
-        t, why = timed_checked(ctx, ctx.fn, spec, refill, device, **more)
-    why = why or tail_reason(t) or library_at(ctx, spec, ctx.fn, refill, t.get("host_rep_us") or 0.0,
-                                                t["median_us"])
+    t, why, _ = timed_at_shape(ctx, spec, refill, device, min_reps=CHECKED_REPS, min_time_s=CHECKED_TIME_S)
     return t, refill.args, why
