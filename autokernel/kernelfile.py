@@ -203,9 +203,15 @@ def candidate_key(source: str, effective: dict[str, Any]) -> str:
     kernel's dtype, see autokernel.declared) and the rest of its source with every tunable's value
     blanked. Two files that differ only in tunables the kernel ignores have one key; any other
     edit (an LLM's) makes a new one. 32 hex digits of sha256."""
+    text = json.dumps(effective, sort_keys=True, default=str) + "\0" + rest_of(source)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def rest_of(source: str) -> str:
+    """The source with every tunable's value blanked: two files with equal rests differ only in
+    their configuration."""
     kf = parse_source(source)
     rest = source
     for name in kf.search_space:
         rest = _assignment(name).sub(f"{name} = ...", rest, count=1)
-    text = json.dumps(effective, sort_keys=True, default=str) + "\0" + rest
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return rest

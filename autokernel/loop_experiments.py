@@ -148,6 +148,8 @@ class Loop:
         st = self.orch.states.get(k.id)
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
                   dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
+        if self.screen is not None:  # its program per shape: later candidates' screens compare with it
+            kw["programs"] = True
         if st is None or not st.library:
             return self.judge(**kw)
         res = self.judge(**kw, baselines=False)
@@ -163,6 +165,9 @@ class Loop:
             return None, None
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
                   timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
+        best = screening.best_programs(st.best_shapes, p)
+        if best:
+            kw["programs"] = best
         return screening.rescreened(self.screen(**kw), p, self.margin, lambda: self.screen(**kw)), p
 
     # -- resume ---------------------------------------------------------------------------------
@@ -333,6 +338,8 @@ class Loop:
                     extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
                     if screening.stopped(res, plan, self.margin):
                         extra.update(screening.screened_fields(res, plan))
+                    elif res.correct and screening.same_program(res, proposal.source, self.ws.read(k.name)):
+                        extra.update(screening.same_program_fields(res, plan))  # nothing a judgement could find
                     elif res.correct:
                         res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement
                         said[exp.id] = "; ".join(filter(None, (said[exp.id], phases_note(res, "judge"))))

@@ -8,7 +8,10 @@
    CPU) goes on to the five stages and the full timing; the others get status "screened", with their
    screen time and the best's time at the shape in the row (the report counts those that were 3x
    slower or more).
-3. The library's timings (eager and torch.compile per shape, and eager's host time) are measured
+3. A candidate that passes the screen but differs from the best only in tunables that leave every
+   model shape's program as the best's (bench/programs.py names them) is not judged either: status
+   "screened", its error says so. Whatever it would measure is the best's time again.
+4. The library's timings (eager and torch.compile per shape, and eager's host time) are measured
    once per kernel and run, by the run's starting point, and copied into every later candidate's
    result instead of being timed again: the bench is asked for the candidate alone.
 
@@ -23,7 +26,7 @@ from typing import Any, Callable, Optional
 from autokernel import objective
 from autokernel.bench.result import FLAG_SPEEDUP
 from autokernel.declared import effective, effective_names
-from autokernel.kernelfile import candidate_key, parse_source
+from autokernel.kernelfile import candidate_key, parse_source, rest_of
 
 MARGIN = 1.2  # a screened candidate goes on when its time is within this factor of the best's
 # On a GPU the screen tracks the full timing closely: over 329 fully judged candidates of two llama-7b
@@ -105,6 +108,42 @@ def screened_fields(res: Any, p: Plan) -> dict[str, Any]:
                   correctness=None, error=f"screened out: {res.latency_us:.1f} us at "
                                           f"{'x'.join(str(v) for v in p.shape.values())} against the best's "
                                           f"{p.best_us:.1f} us ({res.latency_us / p.best_us:.2f}x)")
+    return fields
+
+
+def best_programs(best_shapes: list[dict], p: Plan) -> Optional[list[dict]]:
+    """The best version's program at every model shape, the screened shape first (what the screen
+    compares a candidate's with, bench/programs.py), or None when one of them is not named."""
+    rows = [r for r in best_shapes if isinstance(r.get("shape"), dict)]
+    if not rows or not all(r.get("program") for r in rows):
+        return None
+    heavy = objective.shape_key(p.shape)
+    rows.sort(key=lambda r: objective.shape_key(r["shape"]) != heavy)
+    return [{"shape": r["shape"], "program": r["program"]} for r in rows]
+
+
+def same_program(res: Any, source: str, best_source: str) -> bool:
+    """The candidate differs from the best only in its configuration, and at every model shape that
+    configuration runs the best's very program: a full judgement would time the best again."""
+    if not (res.extra or {}).get("same_program"):
+        return False
+    try:
+        return rest_of(source) == rest_of(best_source)
+    except Exception:  # a file that does not parse is the judge's to report
+        return False
+
+
+def same_program_fields(res: Any, p: Plan) -> dict[str, Any]:
+    """The row of a candidate left at its screen because it runs the best's program everywhere."""
+    fields = res.experiment_fields()
+    fields.update(status="screened", latency_us=None, latency_iqr_us=None, wall_us=None, details_json=None,
+                  speedup_vs_eager=None, speedup_vs_compile=None, tflops=None, gbps=None, pct_peak=None,
+                  correctness=None)
+    n = len((res.extra or {}).get("programs") or [])
+    fields["error"] = (f"same program as the best at all {n} model shapes: not judged again "
+                       f"({res.latency_us:.1f} us at the screen against the best's {p.best_us:.1f} us)"
+                       if res.latency_us is not None else
+                       f"same program as the best at all {n} model shapes: not judged again")
     return fields
 
 

@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ "${1:-}" == "--newest-triton" ]]; then
   shift
   export AUTOKERNEL_VENV=.venv-triton-newest TRITON_CPU=newest
-  set -- tests/test_kernels_*.py tests/test_gpu_compile.py tests/test_matmul_precision.py tests/test_kb_ops.py "$@"
+  set -- tests/test_kernels_*.py tests/test_gpu_compile.py tests/test_programs.py tests/test_matmul_precision.py tests/test_kb_ops.py "$@"
 fi
 VENV="${AUTOKERNEL_VENV:-.venv}"
 bash scripts/setup.sh --dev

@@ -200,3 +200,34 @@ def test_a_candidate_that_passes_the_screen_is_still_fully_judged(home):
     assert cand.status == "incorrect" and "library/torch ops did" in cand.error, (cand.status, cand.error)
     assert summary.kernels[0]["kept"] == 0 and not any(e.status == "kept" for e in rows)
     assert "_CALLS" not in ws.read(k.name)
+
+
+# BLOCK_WIDE is read only for rows longer than the model's 40 columns: at the model's shape its value
+# changes nothing the card would run
+WIDE = FAST.replace('VARIANT = "loop"', 'VARIANT = "loop"\nBLOCK_WIDE = 1024').replace(
+    '"VARIANT": ["loop", "off_by_one"]}', '"VARIANT": ["loop", "off_by_one"], "BLOCK_WIDE": [1024, 2048]}').replace(
+    "BLOCK=BLOCK,", "BLOCK=BLOCK_WIDE if cols > 4096 else BLOCK,")
+
+
+def test_a_candidate_that_runs_the_best_program_is_not_judged_again(home):
+    """A configuration whose every model shape runs the best's program (bench/programs.py) is left at
+    its screen; one that changes the program is judged in full."""
+    from autokernel.loop import run_loop
+
+    assert WIDE.count("BLOCK_WIDE") == 3
+    store, ws, k = add_tiny_kernel(home, WIDE)
+    events = []
+    summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120, margin=5.0,
+                       proposer=Scripted([{"BLOCK_WIDE": 2048}, {"BLOCK": 512}]), on_event=events.append)
+    rows = store.list_experiments(run_id=summary.run_id)
+    base = rows[0]
+    assert base.status == "baseline" and all(r.get("program") for r in json.loads(base.details_json))
+    by = {json.loads(e.config_json).get("BLOCK_WIDE", 1024) * 1000 + json.loads(e.config_json)["BLOCK"]: e
+          for e in rows[1:]}
+    same = by[2048 * 1000 + 256]
+    assert same.status == "screened" and same.error.startswith("same program as the best at all 1 model shapes")
+    assert same.stage_smoke == "pass" and same.stage_shapes is None and same.latency_us is None
+    assert same.screen_us is not None  # it was screened (and within the margin) first
+    other = by[1024 * 1000 + 512]
+    assert other.stage_shapes == "pass" and other.status in ("kept", "reverted"), (other.status, other.error)
+    assert summary.kernels[0]["screened_out"] == 1

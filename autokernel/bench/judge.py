@@ -295,6 +295,14 @@ def judge_request(req: dict) -> dict:
                 return {"result": res.to_dict(), "restart": False}
         else:
             res.extra["timing"] = "none: Triton interpreter on the CPU; timings would not be GPU timings"
+        if req.get("programs") and req["backend"] == "triton":
+            stage = "program"  # which program it runs at each shape: the loop's screen compares later ones
+            from autokernel.bench.programs import at_shapes
+
+            arm(max(1.0, min(60.0, deadline - time.monotonic())))
+            res.extra.update(at_shapes(ctx.fn, spec, shapes, dt, device, cuda, verify))
+            disarm()
+            lap("program")
         verify()  # the last word: whatever it left changed, from the judgement's own check
     except (Tampered, LeftBehind) as exc:  # never judge again in this process
         disarm()

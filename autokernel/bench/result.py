@@ -90,6 +90,17 @@ class BenchResult:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    def shape_rows(self) -> list[dict]:
+        """The per-shape timings, each with the program it ran there when the judge named it
+        (bench/programs.py): a later candidate's screen is compared with the kept one's."""
+        rows = self.extra.get("per_shape") or []
+        named = {json.dumps(p.get("shape"), sort_keys=True): p["program"]
+                 for p in self.extra.get("programs") or [] if p.get("program")}
+        if not named:
+            return rows
+        return [{**r, "program": named[k]} if (k := json.dumps(r.get("shape"), sort_keys=True)) in named else r
+                for r in rows]
+
     def experiment_fields(self) -> dict[str, Any]:
         """The columns of an experiment row that come from this result."""
         status_of = {CORRECT: None, INCORRECT: "incorrect", CHEAT: "incorrect", CRASHED: "crashed",
@@ -102,7 +113,7 @@ class BenchResult:
             speedup_vs_compile=self.speedup_vs_compile, eager_us=self.eager_us, compile_us=self.compile_us,
             peak_vram_mb=self.peak_vram_mb, flagged=self.flagged, device=self.device, duration_s=self.duration_s,
             wall_us=self.wall_us, isolation=self.extra.get("isolation"),
-            details_json=json.dumps(self.extra["per_shape"]) if self.extra.get("per_shape") else None,
+            details_json=json.dumps(self.shape_rows()) if self.extra.get("per_shape") else None,
             error=(f"{self.outcome}: {self.error}" if self.error else (None if self.correct else self.outcome)),
         )
         if status_of[self.outcome]:

@@ -219,10 +219,12 @@ class BenchWorker:
     def judge(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
               shapes: list[dict] | None = None, weights: list[float] | None = None, dtype: str | None = None,
               quick: bool = False, timeout_s: float = 600, baselines: bool = True,
-              ceilings: dict[str, float] | None = None, gpu_compile: bool = False) -> BenchResult:
+              ceilings: dict[str, float] | None = None, gpu_compile: bool = False,
+              programs: bool = False) -> BenchResult:
         """Judge one kernel file (path, or source text). Never raises for a bad kernel: every
         failure of the candidate is an outcome of the returned result. `gpu_compile`: on a machine
-        without CUDA, a Triton kernel that passes the stages must also compile for sm_90."""
+        without CUDA, a Triton kernel that passes the stages must also compile for sm_90.
+        `programs`: also name the program it runs at each shape (bench/programs.py)."""
         t0 = time.monotonic()
         kf = self._parsed(kernel, source, kernel_type)
         if isinstance(kf, BenchResult):
@@ -233,7 +235,7 @@ class BenchWorker:
                    "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config,
                    "deterministic": kf.deterministic, "shapes": shapes, "weights": weights, "dtype": dtype,
                    "quick": quick, "timeout_s": timeout_s, "baselines": baselines, "ceilings": ceilings,
-                   "gpu_compile": gpu_compile}
+                   "gpu_compile": gpu_compile, "programs": programs}
         trusted = None
         if baselines and self.info.get("device") == "cuda":
             t_ask = time.monotonic()
@@ -289,10 +291,11 @@ class BenchWorker:
 
     def screen(self, kernel: str | Path | None = None, *, source: str | None = None, kernel_type: str | None = None,
                shapes: list[dict] | None = None, dtype: str | None = None, timeout_s: float = 120,
-               checked: bool = False, **_judge_only) -> BenchResult:
+               checked: bool = False, programs: list[dict] | None = None, **_judge_only) -> BenchResult:
         """The cheap screen (bench/screen.py): a smoke check, a check at shapes[0] (the kernel's
         heaviest model shape) and a short timing there; `checked`: the full judgement's timing there
         instead (refilled inputs, sampled outputs checked), for a comparison that decides a keep.
+        `programs`: the best version's program per model shape, to say whether this one runs the same.
         Same calling convention as judge (options only the judgement has are ignored), so the CPU
         timing wrapper serves both. Never raises for a bad kernel."""
         t0 = time.monotonic()
@@ -302,7 +305,7 @@ class BenchWorker:
             return kf
         payload = {"op": "screen", "source": kf.source, "path": str(kernel) if kernel else None,
                    "kernel_type": kf.kernel_type, "backend": kf.backend, "config": kf.config, "shapes": shapes,
-                   "dtype": dtype, "timeout_s": timeout_s, "checked": checked}
+                   "dtype": dtype, "timeout_s": timeout_s, "checked": checked, "programs": programs}
         res = self.reply_result(self.request(payload, timeout_s + GRACE_S), kf.kernel_type, kf.backend)
         res.extra["screen"] = True
         res.duration_s = time.monotonic() - t0

@@ -16,6 +16,9 @@ ledger, and a candidate whose library ops do the work is a cheat already here.
 
 Without a GPU no time is taken (the caller's CPU timing wrapper adds one, as for the judgement).
 
+`programs` (the best version's program at each model shape, heaviest first; bench/programs.py): the
+candidate's are named shape by shape while they are equal, and `same_program` says whether all were.
+
 `checked` (the loop's back-to-back comparison of a near miss with the best, paired.py): here the
 timing decides a keep, so it is the full judgement's at that shape, not the screen's short one:
 inputs given new values before every repetition, sampled outputs checked against the reference,
@@ -122,6 +125,14 @@ def screen_request(req: dict, notify=None) -> dict:
             res.latency_us, res.latency_iqr_us, res.wall_us, res.gpu_timing = t["median_us"], t["iqr_us"], wall, True
             res.extra["per_shape"] = [{"shape": shape, "dtype": dt, "weight": 1.0, "latency_us": t["median_us"],
                                        "iqr_us": t["iqr_us"], "reps": t["reps"], "wall_us": wall}]
+        best = req.get("programs")
+        if best and not req.get("checked") and req["backend"] == "triton":
+            stage = "program"  # the same program as the best at every model shape? (programs.py)
+            from autokernel.bench.programs import at_shapes
+
+            res.extra.update(at_shapes(fn, spec, [spec.canonical_shape(b["shape"]) for b in best], dt, device,
+                                       cuda, verify, best=[b.get("program") for b in best]))
+            lap("program")
         judge.disarm()
         verify()  # the last word: whatever it left changed
         res.outcome = CORRECT
