@@ -32,6 +32,7 @@ from typing import Iterable, Optional
 
 from autokernel import objective
 from autokernel.amdahl import kernel_speedup
+from autokernel.screening import SAME_PROGRAM
 
 # statuses that are experiments with a verdict (abandoned rows have none; baseline is the start)
 VERDICTS = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout")
@@ -103,6 +104,7 @@ class KernelState:
     kept: int = 0
     screened: int = 0  # candidates the screen judged (promoted or stopped)
     screened_out: int = 0  # ... of which it stopped
+    same_program: int = 0  # ... of those, for running the best's program at every model shape
     paired: int = 0  # near misses timed back to back with the best (paired.py)
     paired_kept: int = 0  # ... that the pair found faster
     since_improvement: int = 0
@@ -171,6 +173,7 @@ class Orchestrator:
         if getattr(exp, "screen_us", None) is not None:
             st.screened += 1
             st.screened_out += exp.status == "screened"
+            st.same_program += exp.status == "screened" and (exp.error or "").startswith(SAME_PROGRAM)
         if getattr(exp, "paired_json", None):
             st.paired += 1
             st.paired_kept += exp.status == "kept"
@@ -283,7 +286,7 @@ class Orchestrator:
                 "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
                 "vs_library": v.vs_library if s.library else None, "realized": v.realized, "value": v.value,
                 "invest": v.invest, "explore": v.explore, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
-                "screened_out": s.screened_out, "paired": s.paired, "paired_kept": s.paired_kept,
+                "screened_out": s.screened_out, "same_program": s.same_program, "paired": s.paired, "paired_kept": s.paired_kept,
                 "time_s": s.time_s, "exhausted": s.exhausted,
                 "plateaued": self.plateaued(s)})
         return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}

@@ -41,6 +41,7 @@ SLOW = 3.0  # the report counts candidates at least this much slower than the be
 # past the margin. The far-off candidates the screen is for are stopped at once.
 RECHECK = 2.0
 SCREEN_TIMEOUT_S = 120.0
+SAME_PROGRAM = "same program as the best"  # how a row left at its screen for that begins its error
 JUDGED = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout", "baseline")
 
 
@@ -140,10 +141,10 @@ def same_program_fields(res: Any, p: Plan) -> dict[str, Any]:
                   speedup_vs_eager=None, speedup_vs_compile=None, tflops=None, gbps=None, pct_peak=None,
                   correctness=None)
     n = len((res.extra or {}).get("programs") or [])
-    fields["error"] = (f"same program as the best at all {n} model shapes: not judged again "
+    fields["error"] = (f"{SAME_PROGRAM} at all {n} model shapes: not judged again "
                        f"({res.latency_us:.1f} us at the screen against the best's {p.best_us:.1f} us)"
                        if res.latency_us is not None else
-                       f"same program as the best at all {n} model shapes: not judged again")
+                       f"{SAME_PROGRAM} at all {n} model shapes: not judged again")
     return fields
 
 

@@ -230,4 +230,4 @@ def test_a_candidate_that_runs_the_best_program_is_not_judged_again(home):
     assert same.screen_us is not None  # it was screened (and within the margin) first
     other = by[1024 * 1000 + 512]
     assert other.stage_shapes == "pass" and other.status in ("kept", "reverted"), (other.status, other.error)
-    assert summary.kernels[0]["screened_out"] == 1
+    assert summary.kernels[0]["screened_out"] == 1 and summary.kernels[0]["same_program"] == 1

@@ -87,8 +87,10 @@ class Display:
         head.append(f"time left {_fmt_s(s.get('time_left_s'))}")
         ks = s.get("kernels") or []
         timed, out_ = sum(k.get("screened") or 0 for k in ks), sum(k.get("screened_out") or 0 for k in ks)
+        same = sum(k.get("same_program") or 0 for k in ks)
         screen = Text(f"screen: {out_} of {timed} candidates stopped"
                       + (f" ({100 * out_ / timed:.0f}%)" if timed else "")
+                      + (f", {same} of them for running the best's program" if same else "")
                       + f", {sum(k.get('rejected') or 0 for k in ks)} invalid before compiling, "
                         f"{s.get('duplicates', 0)} repeats skipped"
                       + (f"; pairs: {sum(k.get('paired') or 0 for k in ks)} near misses timed against the best, "
