@@ -52,6 +52,8 @@ class JudgeTask:
     library: bool = False  # the start timed the library: candidates are timed alone, the judge's own library copied
     plan: Optional[dict] = None  # {"shape", "best_us"}: screen at the heaviest shape against the best (run frame)
     margin: float = screening.MARGIN
+    programs: Optional[list[dict]] = None  # the best's program per model shape, the screened shape first
+    best_source: Optional[str] = None  # the best version: a candidate that differs only in config may run its program
     gpu_compile: bool = False
     problem: Any = None  # KernelBench: the Problem (judged by the KernelBench judge)
 
@@ -235,7 +237,7 @@ class SlotJudge:
     def _bench_judgement(self, task: JudgeTask, out: JudgeOutcome) -> None:
         judge, screen = self._judges(task.gpu_compile)
         kw = dict(kernel_type=task.kernel_type, shapes=task.shapes, weights=task.weights, dtype=task.dtype,
-                  timeout_s=task.timeout_s)
+                  timeout_s=task.timeout_s, programs=True)  # its program per shape (bench/programs.py)
         if task.kind == "baseline":
             res = judge(source=task.source, quick=False, **kw)
             if res.correct and res.latency_us is not None:
@@ -247,6 +249,8 @@ class SlotJudge:
             shape = task.plan["shape"]
             skw = dict(source=task.source, kernel_type=task.kernel_type, shapes=[shape], weights=[1.0],
                        dtype=task.dtype, timeout_s=min(task.timeout_s, screening.SCREEN_TIMEOUT_S))
+            if task.programs:
+                skw["programs"] = task.programs
             got = screen(**skw)
             if not got.correct:  # a failed candidate needs no reference
                 out.result = got
@@ -267,6 +271,10 @@ class SlotJudge:
             out.extra = {"screen_us": got.latency_us, "screen_best_us": plan.best_us}
             if screening.stopped(got, plan, task.margin):
                 out.extra.update(screening.screened_fields(got, plan))
+                out.result = got
+                return
+            if task.best_source and screening.same_program(got, task.source, task.best_source):
+                out.extra.update(screening.same_program_fields(got, plan))
                 out.result = got
                 return
         res = judge(source=task.source, quick=False if task.plan is not None else task.quick,
