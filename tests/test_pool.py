@@ -545,3 +545,34 @@ def kill_bench_worker(store, pid: int, parent: int) -> None:
 @pytest.mark.slow
 def test_a_4_worker_pool_survives_a_killed_worker_and_a_killed_coordinator(home, tmp_path):
     judged_in_a_pool(home, tmp_path, ["--workers", "4"], 4, kill_bench_worker)
+
+
+def test_a_judge_leaves_a_candidate_that_runs_the_best_program_at_its_screen():
+    """In a pool the judge screens: a configuration that runs the best's program at every model shape
+    (bench/programs.py) gets the screened row, one that changes it the full judgement."""
+    from autokernel import screening
+    from autokernel.kernelfile import with_config
+    from autokernel.pool_task import JudgeTask, SlotJudge
+
+    from test_screening import WIDE
+
+    shapes = [{"rows": 3, "cols": 40}]
+    judge = SlotJudge(env={"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}, label="cpu 0")
+    try:
+        kw = dict(kernel_id=1, kernel_type="reduce", dtype="float32", shapes=shapes, weights=[1.0], timeout_s=120)
+        start = judge.run(JudgeTask(kind="baseline", source=WIDE, **kw)).result
+        assert start.correct, start.error
+        rows = start.shape_rows()
+        assert rows and all(r.get("program") for r in rows)
+        plan = screening.Plan(shapes[0], start.latency_us)
+        common = dict(kind="candidate", start_source=WIDE, start_shapes=rows, margin=5.0,
+                      plan={"shape": plan.shape, "best_us": plan.best_us},
+                      programs=screening.best_programs(rows, plan), best_source=WIDE, **kw)
+        same = judge.run(JudgeTask(source=with_config(WIDE, {"BLOCK_WIDE": 2048}), **common))
+        assert same.extra.get("status") == "screened", same.extra
+        assert same.extra["error"].startswith(screening.SAME_PROGRAM)
+        other = judge.run(JudgeTask(source=with_config(WIDE, {"BLOCK": 512}), **common))
+        assert other.extra.get("status") is None and other.result.correct
+        assert any(s.name == "shapes" and s.status == "pass" for s in other.result.stages)
+    finally:
+        judge.close()
