@@ -166,7 +166,7 @@ class Loop:
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
                   timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
         best = screening.best_programs(st.best_shapes, p)
-        if best:
+        if best and (st.library or screening.SAME_PROGRAM_ON_CPU):  # (a GPU run: see screening.same_program)
             kw["programs"] = best
         return screening.rescreened(self.screen(**kw), p, self.margin, lambda: self.screen(**kw)), p
 
@@ -338,7 +338,8 @@ class Loop:
                     extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
                     if screening.stopped(res, plan, self.margin):
                         extra.update(screening.screened_fields(res, plan))
-                    elif res.correct and screening.same_program(res, proposal.source, self.ws.read(k.name)):
+                    elif res.correct and screening.same_program(res, proposal.source, self.ws.read(k.name),
+                                                                  self.orch.target_mode):
                         extra.update(screening.same_program_fields(res, plan))  # nothing a judgement could find
                     elif res.correct:
                         res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement

@@ -547,12 +547,14 @@ def test_a_4_worker_pool_survives_a_killed_worker_and_a_killed_coordinator(home,
     judged_in_a_pool(home, tmp_path, ["--workers", "4"], 4, kill_bench_worker)
 
 
-def test_a_judge_leaves_a_candidate_that_runs_the_best_program_at_its_screen():
+def test_a_judge_leaves_a_candidate_that_runs_the_best_program_at_its_screen(monkeypatch):
     """In a pool the judge screens: a configuration that runs the best's program at every model shape
     (bench/programs.py) gets the screened row, one that changes it the full judgement."""
     from autokernel import screening
     from autokernel.kernelfile import with_config
     from autokernel.pool_task import JudgeTask, SlotJudge
+
+    monkeypatch.setattr(screening, "SAME_PROGRAM_ON_CPU", True)  # CPU timings: only when asked
 
     from test_screening import WIDE
 
@@ -568,7 +570,11 @@ def test_a_judge_leaves_a_candidate_that_runs_the_best_program_at_its_screen():
         common = dict(kind="candidate", start_source=WIDE, start_shapes=rows, margin=5.0,
                       plan={"shape": plan.shape, "best_us": plan.best_us},
                       programs=screening.best_programs(rows, plan), best_source=WIDE, **kw)
-        same = judge.run(JudgeTask(source=with_config(WIDE, {"BLOCK_WIDE": 2048}), **common))
+        same_source = with_config(WIDE, {"BLOCK_WIDE": 2048})
+        monkeypatch.setattr(screening, "SAME_PROGRAM_ON_CPU", False)  # as a CPU run is: judged in full
+        assert judge.run(JudgeTask(source=same_source, **common)).extra.get("status") is None
+        monkeypatch.setattr(screening, "SAME_PROGRAM_ON_CPU", True)
+        same = judge.run(JudgeTask(source=same_source, **common))
         assert same.extra.get("status") == "screened", same.extra
         assert same.extra["error"].startswith(screening.SAME_PROGRAM)
         other = judge.run(JudgeTask(source=with_config(WIDE, {"BLOCK": 512}), **common))
