@@ -146,10 +146,9 @@ class Loop:
         torch.compile per shape), later candidates are timed alone and get those timings copied."""
         ctx = self.context(k)
         st = self.orch.states.get(k.id)
+        # with a screen, the program it runs per shape too: later candidates' screens compare with it
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
-                  dtype=k.dtype, quick=quick, timeout_s=self.timeout_s)
-        if self.screen is not None:  # its program per shape: later candidates' screens compare with it
-            kw["programs"] = True
+                  dtype=k.dtype, quick=quick, timeout_s=self.timeout_s, **({"programs": True} if self.screen else {}))
         if st is None or not st.library:
             return self.judge(**kw)
         res = self.judge(**kw, baselines=False)
@@ -163,11 +162,9 @@ class Loop:
         p = screening.plan(st.start_shapes, st.best_shapes) if st is not None and self.screen else None
         if p is None:
             return None, None
+        best = screening.best_programs(st.best_shapes, p, gpu=st.library)  # is it the best's program?
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
-                  timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S))
-        best = screening.best_programs(st.best_shapes, p)
-        if best and (st.library or screening.SAME_PROGRAM_ON_CPU):  # (a GPU run: see screening.same_program)
-            kw["programs"] = best
+                  timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S), **({"programs": best} if best else {}))
         return screening.rescreened(self.screen(**kw), p, self.margin, lambda: self.screen(**kw)), p
 
     # -- resume ---------------------------------------------------------------------------------
@@ -336,11 +333,10 @@ class Loop:
                 if res is not None:
                     said[exp.id] = phases_note(res)
                     extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
-                    if screening.stopped(res, plan, self.margin):
-                        extra.update(screening.screened_fields(res, plan))
-                    elif res.correct and screening.same_program(res, proposal.source, self.ws.read(k.name),
-                                                                  self.orch.target_mode):
-                        extra.update(screening.same_program_fields(res, plan))  # nothing a judgement could find
+                    stay = screening.left_at_screen(res, plan, self.margin, proposal.source, self.ws.read(k.name),
+                                                    self.orch.target_mode)
+                    if stay is not None:
+                        extra.update(stay)
                     elif res.correct:
                         res = self.bench(k, proposal.source, quick=False)  # within the margin: the full judgement
                         said[exp.id] = "; ".join(filter(None, (said[exp.id], phases_note(res, "judge"))))

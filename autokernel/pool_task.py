@@ -269,12 +269,9 @@ class SlotJudge:
             plan = screening.Plan(dict(shape), float(task.plan["best_us"]))
             got = screening.rescreened(in_run_frame(got), plan, task.margin, lambda: in_run_frame(screen(**skw)))
             out.extra = {"screen_us": got.latency_us, "screen_best_us": plan.best_us}
-            if screening.stopped(got, plan, task.margin):
-                out.extra.update(screening.screened_fields(got, plan))
-                out.result = got
-                return
-            if task.best_source and screening.same_program(got, task.source, task.best_source):
-                out.extra.update(screening.same_program_fields(got, plan))
+            stay = screening.left_at_screen(got, plan, task.margin, task.source, task.best_source)
+            if stay is not None:
+                out.extra.update(stay)
                 out.result = got
                 return
         res = judge(source=task.source, quick=False if task.plan is not None else task.quick,

@@ -115,9 +115,12 @@ def screened_fields(res: Any, p: Plan) -> dict[str, Any]:
     return fields
 
 
-def best_programs(best_shapes: list[dict], p: Plan) -> Optional[list[dict]]:
+def best_programs(best_shapes: list[dict], p: Plan, gpu: bool = True) -> Optional[list[dict]]:
     """The best version's program at every model shape, the screened shape first (what the screen
-    compares a candidate's with, bench/programs.py), or None when one of them is not named."""
+    compares a candidate's with, bench/programs.py), or None when one of them is not named, or when
+    the timings are not a GPU's (see same_program)."""
+    if not (gpu or SAME_PROGRAM_ON_CPU):
+        return None
     rows = [r for r in best_shapes if isinstance(r.get("shape"), dict)]
     if not rows or not all(r.get("program") for r in rows):
         return None
@@ -153,6 +156,17 @@ def same_program_fields(res: Any, p: Plan) -> dict[str, Any]:
                        if res.latency_us is not None else
                        f"{SAME_PROGRAM} at all {n} model shapes: not judged again")
     return fields
+
+
+def left_at_screen(res: Any, p: Plan, margin: float, source: str, best_source: Optional[str],
+                   target_mode: str = "compile") -> Optional[dict[str, Any]]:
+    """The row of a candidate that stays at its screen (slower than the margin, or the best's program
+    at every model shape), or None when it goes on to the full judgement (or failed: the result says)."""
+    if stopped(res, p, margin):
+        return screened_fields(res, p)
+    if res.correct and best_source is not None and same_program(res, source, best_source, target_mode):
+        return same_program_fields(res, p)
+    return None
 
 
 def fill_library(res: Any, start_shapes: list[dict]) -> None:

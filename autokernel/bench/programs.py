@@ -100,7 +100,7 @@ def identity(fn: Any, _seen: dict | None = None) -> str:
         value = py.__globals__[name]
         if isinstance(value, types.ModuleType):
             parts.append([name, "module", value.__name__])
-        elif _python_function(value) is not None and getattr(_python_function(value), "__module__", None) == py.__module__:
+        elif getattr(_python_function(value), "__module__", None) == py.__module__:
             parts.append([name, identity(value, seen)])  # a kernel or helper of the same file
         elif type(value).__name__ == "constexpr" or isinstance(value, _PLAIN_VALUES + (tuple, list, dict)):
             parts.append([name, describe(value)])  # a value it reads (constexpr is callable: first)
