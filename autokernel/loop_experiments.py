@@ -162,7 +162,7 @@ class Loop:
         p = screening.plan(st.start_shapes, st.best_shapes) if st is not None and self.screen else None
         if p is None:
             return None, None
-        best = screening.best_programs(st.best_shapes, p, gpu=st.library)  # is it the best's program?
+        best = screening.best_programs(st.best_shapes, p, st.library, self.orch.target_mode)  # the best's program?
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=[p.shape], weights=[1.0], dtype=k.dtype,
                   timeout_s=min(self.timeout_s, screening.SCREEN_TIMEOUT_S), **({"programs": best} if best else {}))
         return screening.rescreened(self.screen(**kw), p, self.margin, lambda: self.screen(**kw)), p
@@ -333,8 +333,8 @@ class Loop:
                 if res is not None:
                     said[exp.id] = phases_note(res)
                     extra = {"screen_us": res.latency_us, "screen_best_us": plan.best_us}
-                    stay = screening.left_at_screen(res, plan, self.margin, proposal.source, self.ws.read(k.name),
-                                                    self.orch.target_mode)
+                    stay = screening.left_at_screen(res, plan, self.margin, proposal.source,
+                                                    lambda: self.ws.read(k.name))
                     if stay is not None:
                         extra.update(stay)
                     elif res.correct:

@@ -143,9 +143,8 @@ class PooledLoop(Loop):
             t.start_shapes, t.library = list(st.start_shapes), st.library
             p = screening.plan(st.start_shapes, st.best_shapes)
             t.plan = {"shape": p.shape, "best_us": p.best_us} if p is not None else None
-            # the eager target counts the host's time, which a program does not name (screening.same_program)
-            t.programs = (screening.best_programs(st.best_shapes, p)
-                          if p is not None and self.orch.target_mode != "eager" else None)
+            t.programs = (screening.best_programs(st.best_shapes, p, st.library, self.orch.target_mode)
+                          if p is not None else None)
             if t.programs:
                 t.best_source = self.ws.read(k.name)
         return t

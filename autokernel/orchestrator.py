@@ -286,8 +286,8 @@ class Orchestrator:
                 "speedup_vs_baseline": s.speedup_vs_baseline, "pct_peak": s.best_pct_peak,
                 "vs_library": v.vs_library if s.library else None, "realized": v.realized, "value": v.value,
                 "invest": v.invest, "explore": v.explore, "attempts": s.attempts, "kept": s.kept, "screened": s.screened,
-                "screened_out": s.screened_out, "same_program": s.same_program, "paired": s.paired, "paired_kept": s.paired_kept,
-                "time_s": s.time_s, "exhausted": s.exhausted,
+                "screened_out": s.screened_out, "same_program": s.same_program, "paired": s.paired,
+                "paired_kept": s.paired_kept, "time_s": s.time_s, "exhausted": s.exhausted,
                 "plateaued": self.plateaued(s)})
         return {"predicted_speedup": self.predicted_speedup(), "target_mode": self.target_mode, "kernels": rows}
 

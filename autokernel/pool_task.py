@@ -269,7 +269,7 @@ class SlotJudge:
             plan = screening.Plan(dict(shape), float(task.plan["best_us"]))
             got = screening.rescreened(in_run_frame(got), plan, task.margin, lambda: in_run_frame(screen(**skw)))
             out.extra = {"screen_us": got.latency_us, "screen_best_us": plan.best_us}
-            stay = screening.left_at_screen(got, plan, task.margin, task.source, task.best_source)
+            stay = screening.left_at_screen(got, plan, task.margin, task.source, lambda: task.best_source)
             if stay is not None:
                 out.extra.update(stay)
                 out.result = got

@@ -115,11 +115,14 @@ def screened_fields(res: Any, p: Plan) -> dict[str, Any]:
     return fields
 
 
-def best_programs(best_shapes: list[dict], p: Plan, gpu: bool = True) -> Optional[list[dict]]:
+def best_programs(best_shapes: list[dict], p: Plan, gpu: bool = True,
+                  target_mode: str = "compile") -> Optional[list[dict]]:
     """The best version's program at every model shape, the screened shape first (what the screen
-    compares a candidate's with, bench/programs.py), or None when one of them is not named, or when
-    the timings are not a GPU's (see same_program)."""
-    if not (gpu or SAME_PROGRAM_ON_CPU):
+    compares a candidate's with, bench/programs.py), or None: when one of them is not named, and
+    where a program is not all that is timed. It is what runs on the card, not the host's Python
+    around it, which CPU wall-clock timings and the eager target mode (host time counted) measure
+    too. Without it no screen is asked for programs, so none says "same program"."""
+    if not (gpu or SAME_PROGRAM_ON_CPU) or target_mode == "eager":
         return None
     rows = [r for r in best_shapes if isinstance(r.get("shape"), dict)]
     if not rows or not all(r.get("program") for r in rows):
@@ -129,17 +132,18 @@ def best_programs(best_shapes: list[dict], p: Plan, gpu: bool = True) -> Optiona
     return [{"shape": r["shape"], "program": r["program"]} for r in rows]
 
 
-def same_program(res: Any, source: str, best_source: str, target_mode: str = "compile") -> bool:
+def same_program(res: Any, source: str, best_source: Callable[[], Optional[str]]) -> bool:
     """The candidate differs from the best only in its configuration, and at every model shape that
-    configuration runs the best's very program: a full judgement would time the best again. Only
-    where the timing is the GPU's: a program is what runs on the card, not the host's Python around
-    it, which CPU wall-clock timings and the eager target mode (host time counted) do measure."""
-    if not (res.extra or {}).get("same_program") or target_mode == "eager":
+    configuration runs the best's very program (its screen was given best_programs and found them
+    equal): a full judgement would time the best again. Only for the card's timings, checked here on
+    the result itself as well: `gpu` in best_programs is the caller's belief about the run.
+    `best_source` is read only then."""
+    if not (res.extra or {}).get("same_program") or not (res.gpu_timing or SAME_PROGRAM_ON_CPU):
         return False
-    if not (res.gpu_timing or SAME_PROGRAM_ON_CPU):
+    if (best := best_source()) is None:
         return False
     try:
-        return rest_of(source) == rest_of(best_source)
+        return rest_of(source) == rest_of(best)
     except Exception:  # a file that does not parse is the judge's to report
         return False
 
@@ -158,13 +162,13 @@ def same_program_fields(res: Any, p: Plan) -> dict[str, Any]:
     return fields
 
 
-def left_at_screen(res: Any, p: Plan, margin: float, source: str, best_source: Optional[str],
-                   target_mode: str = "compile") -> Optional[dict[str, Any]]:
+def left_at_screen(res: Any, p: Plan, margin: float, source: str,
+                   best_source: Callable[[], Optional[str]]) -> Optional[dict[str, Any]]:
     """The row of a candidate that stays at its screen (slower than the margin, or the best's program
     at every model shape), or None when it goes on to the full judgement (or failed: the result says)."""
     if stopped(res, p, margin):
         return screened_fields(res, p)
-    if res.correct and best_source is not None and same_program(res, source, best_source, target_mode):
+    if res.correct and same_program(res, source, best_source):
         return same_program_fields(res, p)
     return None
 

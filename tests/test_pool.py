@@ -568,12 +568,15 @@ def test_a_judge_leaves_a_candidate_that_runs_the_best_program_at_its_screen(mon
         assert rows and all(r.get("program") for r in rows)
         plan = screening.Plan(shapes[0], start.latency_us)
         common = dict(kind="candidate", start_source=WIDE, start_shapes=rows, margin=5.0,
-                      plan={"shape": plan.shape, "best_us": plan.best_us},
-                      programs=screening.best_programs(rows, plan), best_source=WIDE, **kw)
+                      plan={"shape": plan.shape, "best_us": plan.best_us}, best_source=WIDE, **kw)
         same_source = with_config(WIDE, {"BLOCK_WIDE": 2048})
         monkeypatch.setattr(screening, "SAME_PROGRAM_ON_CPU", False)  # as a CPU run is: judged in full
-        assert judge.run(JudgeTask(source=same_source, **common)).extra.get("status") is None
+        off = screening.best_programs(rows, plan, gpu=False)
+        assert off is None
+        assert judge.run(JudgeTask(source=same_source, programs=off, **common)).extra.get("status") is None
         monkeypatch.setattr(screening, "SAME_PROGRAM_ON_CPU", True)
+        assert screening.best_programs(rows, plan, gpu=False, target_mode="eager") is None  # host time counted
+        common["programs"] = screening.best_programs(rows, plan, gpu=False)
         same = judge.run(JudgeTask(source=same_source, **common))
         assert same.extra.get("status") == "screened", same.extra
         assert same.extra["error"].startswith(screening.SAME_PROGRAM)

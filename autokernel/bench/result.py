@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from autokernel.objective import shape_key
+
 FLAG_SPEEDUP = 10.0  # a speed-up over eager beyond this is timed again and flagged for review, never trusted silently
 
 # Bench outcomes. "correct" is the only one a kernel can be kept with.
@@ -94,12 +96,10 @@ class BenchResult:
         """The per-shape timings, each with the program it ran there when the judge named it
         (bench/programs.py): a later candidate's screen is compared with the kept one's."""
         rows = self.extra.get("per_shape") or []
-        named = {json.dumps(p.get("shape"), sort_keys=True): p["program"]
-                 for p in self.extra.get("programs") or [] if p.get("program")}
+        named = {shape_key(p.get("shape")): p["program"] for p in self.extra.get("programs") or [] if p.get("program")}
         if not named:
             return rows
-        return [{**r, "program": named[k]} if (k := json.dumps(r.get("shape"), sort_keys=True)) in named else r
-                for r in rows]
+        return [{**r, "program": named[k]} if (k := shape_key(r.get("shape"))) in named else r for r in rows]
 
     def experiment_fields(self) -> dict[str, Any]:
         """The columns of an experiment row that come from this result."""
