@@ -124,6 +124,7 @@ def run_loop(store, workspace, *, model: str | None = None, hours: float | None 
                     screen = ceilings.get("screen")
                 loop = Loop(store, workspace, judge=judge, screen=screen, **common)
                 loop.ceilings, loop.device = ceilings.get("ceilings"), ceilings.get("device", "")
+                loop.timing_device = ceilings.get("name")
         except BaseException:
             if worker is not None:
                 worker.close()

@@ -12,16 +12,15 @@ One experiment, in the order that makes every interruption recoverable:
    anything else -> drop the worktree (the commit stays reachable by its ref).
 A kill -9 anywhere leaves at most one "running" row: `--resume` marks it abandoned, removes stale
 worktrees, and re-applies a kept verdict whose fast-forward had not happened yet. Numbers come from
-the store, so nothing is lost or counted twice; time spent comes from the rows' durations.
+the store, so nothing is lost or counted twice; time spent comes from the rows' durations. A run
+resumed on another device times each kernel's best so far again there first (loop_run.baselines_due).
 
 Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
 run by more than the noise: new < best - max((iqr_new + iqr_best) / 2, 1% of best)
 (autokernel.orchestrator.noise_us says why). A near miss (at least 0.4% under the best without
 beating the noise) is timed back to back with the best at the heaviest model shape, and kept when
 that pair finds it faster (paired.py: the pair cancels the drift the 1% allows for).
-
-Abandoned experiments are not counted as tried configurations the first time (they never got a
-verdict); see proposers/search.py.
+Abandoned experiments (no verdict) are not tried configurations the first time: proposers/search.py.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from typing import Any, Optional
 
 from autokernel import paired, screening
 from autokernel.errors import AutoKernelError, LLMError, ProposerError
-from autokernel.loop_run import Judge, LoopEvent
+from autokernel.kernelfile import parse_source
+from autokernel.loop_run import Judge, LoopEvent, baselines_due
 from autokernel.orchestrator import Orchestrator, beats, run_elapsed_s
 from autokernel.proposers import SearchExhausted
 from autokernel.proposers.base import KernelContext, Proposal
@@ -82,6 +82,7 @@ class Loop:
         self.failures: dict[int, int] = {}
         self.ceilings: Optional[dict] = None  # this device's measured ceilings (GPU), for the proposer
         self.device = ""
+        self.timing_device: Optional[str] = None  # the name the judge's results carry (baselines_due)
         self.llm_budget_spent = False
         self._changes: dict[str, Optional[str]] = {}  # commit -> what it changed (git show is not free)
 
@@ -104,8 +105,7 @@ class Loop:
         self.emit(LoopEvent("state", message, snap))
 
     def extra_state(self) -> dict[str, Any]:
-        """What a subclass adds to the live view's state (a pool: its judges)."""
-        return {}
+        return {}  # what a subclass adds to the live view's state (a pool: its judges)
 
     def context(self, k) -> KernelContext:
         from autokernel.extract import kernel_shapes
@@ -193,17 +193,16 @@ class Loop:
                                      duration_s=time.monotonic() - t0, finished_at=utcnow())
 
     def baselines(self) -> None:
-        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id)
-                if e.proposer == "baseline" and e.status != "abandoned"}
+        due = baselines_due(self.store.list_experiments(run_id=self.run.id), self.kernels, self.timing_device)
         for k in self.kernels.values():
-            if k.id in done:
+            if k.id not in due:
                 continue
             if self.elapsed() >= self.budget_s:
                 # no budget left for a starting point: the kernel is not scheduled in this session
                 self.orch.mark_exhausted(k.id)
                 self.emit(LoopEvent("exhausted", f"{k.name}: no time left for its baseline", {"kernel": k.name}))
                 continue
-            exp, source = self.baseline_row(k)
+            exp, source = self.baseline_row(k, moved_from=due[k.id])
             t0 = time.monotonic()
             try:
                 res = self.bench(k, source, quick=False)
@@ -212,17 +211,18 @@ class Loop:
                 raise
             self.baseline_verdict(k, exp, res, time.monotonic() - t0)
 
-    def baseline_row(self, k, judge_id: Optional[int] = None) -> tuple[Any, str]:
-        """The running row of a kernel's starting point in this run, and its source."""
-        self.emit(LoopEvent("baseline", f"baseline of {k.name}", {"kernel": k.name}))
+    def baseline_row(self, k, judge_id: Optional[int] = None, moved_from: Optional[str] = None) -> tuple[Any, str]:
+        """The running row of a kernel's starting point in this run, and its source. `moved_from`: the
+        device the run's rows were timed on, when this one is another (the best so far is timed again)."""
+        what = (f"best so far, timed again on {self.timing_device} (earlier rows: {moved_from})" if moved_from
+                else "starting point of this run")
+        self.emit(LoopEvent("baseline", f"{k.name}: {what}" if moved_from else f"baseline of {k.name}",
+                            {"kernel": k.name}))
         source = self.ws.read(k.name)
-        from autokernel.kernelfile import parse_source
-
-        cfg = parse_source(source).config
         exp = self.store.add_experiment(run_id=self.run.id, kernel_id=k.id, kernel_type=k.kernel_type,
                                         backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
-                                        description="starting point of this run", status="running",
-                                        config_json=json.dumps(cfg, sort_keys=True),
+                                        description=what, status="running",
+                                        config_json=json.dumps(parse_source(source).config, sort_keys=True),
                                         candidate_key=screening.key_of(source, k.dtype), judge_id=judge_id)
         self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
         return exp, source

@@ -32,7 +32,7 @@ from typing import Any, Optional
 from autokernel import screening
 from autokernel.errors import AutoKernelError, BenchError
 from autokernel.loop_experiments import Loop, keepable, verdict_fields
-from autokernel.loop_run import LoopEvent
+from autokernel.loop_run import LoopEvent, baselines_due
 from autokernel.pool_task import JudgeOutcome, JudgeTask
 from autokernel.proposers.costs import LLMBudgetSpent
 from autokernel.store.tables import utcnow
@@ -159,10 +159,12 @@ class PooledLoop(Loop):
     # -- the starting points --------------------------------------------------------------------
 
     def baselines(self) -> None:
-        """Every kernel's starting point without one yet, judged in parallel."""
-        done = {e.kernel_id for e in self.store.list_experiments(run_id=self.run.id)
-                if e.proposer == "baseline" and e.status != "abandoned"}
-        todo = [k for k in self.kernels.values() if k.id not in done]
+        """Every kernel's starting point without one yet (or timed on another device), judged in parallel."""
+        gpus = {s.device for s in self.pool.live() if not s.interpreted}
+        self.timing_device = next(iter(gpus)) if len(gpus) == 1 and not any(
+            s.interpreted for s in self.pool.live()) else None  # one kind of card: its name, as results say
+        due = baselines_due(self.store.list_experiments(run_id=self.run.id), self.kernels, self.timing_device)
+        todo = [k for k in self.kernels.values() if k.id in due]
         try:
             while todo or self.flights:
                 while todo and self.pool.free():
@@ -173,7 +175,7 @@ class PooledLoop(Loop):
                                             {"kernel": k.name}))
                         continue
                     slot = self.pool.free()[0]
-                    exp, source = self.baseline_row(k, judge_id=slot.judge_id)
+                    exp, source = self.baseline_row(k, judge_id=slot.judge_id, moved_from=due[k.id])
                     self.flights[slot.index] = Flight(exp, k, slot, time.monotonic(), kind="baseline")
                     self.pool.submit(slot, self.task(k, source, "baseline"))
                 self.collect()

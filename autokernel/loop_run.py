@@ -87,6 +87,25 @@ def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: 
     return kernels
 
 
+def baselines_due(rows, kernel_ids, device: Optional[str]) -> dict[int, Optional[str]]:
+    """The kernels that need a starting point judged now: those without one in this run (None), and,
+    when `device` is known, those whose latest one was timed on another device (that device's name).
+    A run resumed on another card (an H100's timings, an H200 now) compares candidates with the best
+    timed again here, not with the other card's numbers."""
+    last: dict[int, Any] = {}
+    for e in sorted(rows, key=lambda e: e.number):
+        if e.proposer == "baseline" and e.status != "abandoned":
+            last[e.kernel_id] = e
+    due: dict[int, Optional[str]] = {}
+    for kid in kernel_ids:
+        e = last.get(kid)
+        if e is None:
+            due[kid] = None
+        elif device and e.device and e.device != device:
+            due[kid] = e.device
+    return due
+
+
 def has_gpu() -> bool:
     import torch
 
@@ -144,7 +163,8 @@ def default_judge(store, emit, gpu_compile: bool = False,
     and the run); a sandboxed worker keeps them in the sandbox's scratch folder instead (the home is
     read-only there, bench/sandbox.py). `env` goes on top of this process's environment for the worker
     (--gpus 0 pins its GPU). Returns (judge, worker, {"ceilings": measured or None, "device": what the
-    timings are, "screen": the worker's cheap screen, timed the same way as the judge})."""
+    timings are, "name": the device its results name, "screen": the worker's cheap screen, timed the
+    same way as the judge})."""
     import functools
     import platform
     from pathlib import Path
@@ -165,12 +185,13 @@ def default_judge(store, emit, gpu_compile: bool = False,
         emit(LoopEvent("stage", "no GPU: kernels run in the Triton interpreter; " + CPU_TIMING_NOTE))
         return (CPUTimedJudge(functools.partial(worker.judge, gpu_compile=gpu_compile)), worker,
                 {"ceilings": None, "device": f"cpu {platform.machine()} (Triton interpreter)",
-                 "screen": CPUTimedJudge(worker.screen)})
+                 "name": worker.info.get("name"), "screen": CPUTimedJudge(worker.screen)})
     emit(LoopEvent("stage", "measuring the device's ceilings (once per device)"))
     device = calibrate(store, worker=worker)
     ceilings = ceilings_of(device)
     return (functools.partial(worker.judge, ceilings=ceilings), worker,
-            {"ceilings": ceilings, "device": device.name, "screen": worker.screen})
+            {"ceilings": ceilings, "device": device.name, "name": worker.info.get("name") or device.name,
+             "screen": worker.screen})
 
 
 def verify_run(store, workspace, run_id: int, emit) -> tuple[Optional[dict], Optional[str]]:

@@ -100,6 +100,7 @@ class KernelState:
     start_shapes: list[dict] = field(default_factory=list)  # the run's start, per shape (library timings)
     best_shapes: list[dict] = field(default_factory=list)  # the best version, per shape
     library: bool = False  # the start timed the library (a GPU run); else the start is the reference
+    device: Optional[str] = None  # what the start and the best were timed on (the latest baseline row's device)
     attempts: int = 0  # experiments with a verdict, this run
     kept: int = 0
     screened: int = 0  # candidates the screen judged (promoted or stopped)
@@ -160,10 +161,14 @@ class Orchestrator:
         st.time_s += float(exp.duration_s or 0.0)
         if exp.status == "baseline":
             if exp.latency_us:
+                # a baseline on another device (a run resumed elsewhere) times the best so far there:
+                # the earlier best's time is another card's and no longer what a candidate must beat
+                moved = st.device is not None and bool(exp.device) and exp.device != st.device
+                st.device = exp.device or st.device
                 st.baseline_us = exp.latency_us
                 st.start_shapes = shapes_of(exp)
                 st.library = bool(exp.speedup_vs_eager) and any(r.get("eager_us") for r in st.start_shapes)
-                if st.best_us is None or exp.latency_us < st.best_us:
+                if st.best_us is None or exp.latency_us < st.best_us or moved:
                     self._best(st, exp)
             return
         if exp.status not in VERDICTS:

@@ -140,6 +140,33 @@ def test_search_loop_records_keeps_and_reverts(home):
     assert {"baseline", "start", "done", "state"} <= kinds
 
 
+def test_a_run_resumed_on_another_device_times_its_best_there_first(home):
+    """Rows an H100 timed, the run resumed here: the best so far is timed again on this device
+    before any candidate is compared with it; resumed on the same device, nothing is timed again."""
+    from autokernel.loop import run_loop
+    from autokernel.orchestrator import Orchestrator
+
+    store, ws, k = add_tiny_kernel(home)
+    first = run_loop(store, ws, model="tiny", hours=1, max_experiments=2, verify=False, timeout_s=120)
+    before = store.list_experiments(run_id=first.run_id)
+    here = before[0].device
+    assert here and before[0].status == "baseline" and len(before) == 3
+    for e in before:  # as if an H100 had timed them
+        store.update_experiment(e.id, device="NVIDIA H100 80GB HBM3")
+    events = []
+    run_loop(store, ws, resume_run_id=first.run_id, verify=False, timeout_s=120, on_event=events.append)
+    rows = store.list_experiments(run_id=first.run_id)
+    assert len(rows) == 4  # max_experiments reached: the new start is all this session did
+    new = rows[-1]
+    assert (new.proposer, new.status, new.device, new.commit) == ("baseline", "baseline", here, ws.head(k.name))
+    assert new.description == f"best so far, timed again on {here} (earlier rows: NVIDIA H100 80GB HBM3)"
+    assert any(e.kind == "baseline" and "timed again" in e.message for e in events)
+    st = Orchestrator.from_store(store, first.run_id, [k]).states[k.id]
+    assert (st.best_us, st.device, st.best_commit) == (new.latency_us, here, new.commit)
+    run_loop(store, ws, resume_run_id=first.run_id, verify=False, timeout_s=120)
+    assert len(store.list_experiments(run_id=first.run_id)) == 4
+
+
 def _wait_for(pred, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

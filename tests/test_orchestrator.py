@@ -118,6 +118,36 @@ def test_state_and_time_rebuilt_from_the_store_match(store):
     assert run_elapsed_s(store, run.id) == pytest.approx(9.0 + 3.0)
 
 
+def test_a_run_resumed_on_another_card_compares_with_the_best_timed_there(store):
+    """H100 rows, then the run resumed on an H200 (or back): a candidate must beat the best as
+    timed on this card, whichever way the card's speed went, and the loop knows which kernels
+    need that timing (loop_run.baselines_due)."""
+    from autokernel.loop_run import baselines_due
+
+    run = store.create_run("loop", model="m")
+    k, k2, k3 = _kernels(store, [("softmax", 0.5), ("rmsnorm", 0.3), ("rotary_embedding", 0.2)])
+    for kk in (k, k2):
+        store.update_experiment(_exp(store, run, kk, "baseline", 100.0).id, device="H100")
+    store.update_experiment(_exp(store, run, k, "kept", 90.0).id, device="H100")
+    rows = store.list_experiments(run_id=run.id)
+    assert baselines_due(rows, [k.id, k2.id, k3.id], "H100") == {k3.id: None}
+    assert baselines_due(rows, [k.id, k2.id, k3.id], None) == {k3.id: None}  # device unknown: as before
+    assert baselines_due(rows, [k.id, k2.id, k3.id], "H200") == {k.id: "H100", k2.id: "H100", k3.id: None}
+    # the best so far (90 us on the H100) timed again on a slower card: 95 us is what to beat now
+    store.update_experiment(_exp(store, run, k, "baseline", 95.0).id, device="H200")
+    # ... and on a faster one, the start of k2: 70 us
+    store.update_experiment(_exp(store, run, k2, "baseline", 70.0).id, device="H200")
+    rows = store.list_experiments(run_id=run.id)
+    assert baselines_due(rows, [k.id, k2.id], "H200") == {}
+    orch = Orchestrator.from_store(store, run.id, [k, k2])
+    st, st2 = orch.states[k.id], orch.states[k2.id]
+    assert (st.best_us, st.baseline_us, st.device, st.kept) == (95.0, 95.0, "H200", 1)
+    assert (st2.best_us, st2.device) == (70.0, "H200")
+    # on the same card a second start is only the best when it is faster (the old rule)
+    store.update_experiment(_exp(store, run, k, "baseline", 99.0).id, device="H200")
+    assert Orchestrator.from_store(store, run.id, [k]).states[k.id].best_us == 95.0
+
+
 def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, mode="compile", pct_peak=None):
     """A row as a GPU run writes it: per-shape timings, the library's eager and compile times."""
     import json
