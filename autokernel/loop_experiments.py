@@ -15,7 +15,7 @@ worktrees, and re-applies a kept verdict whose fast-forward had not happened yet
 the store, so nothing is lost or counted twice; time spent comes from the rows' durations. A run
 resumed on another device times each kernel's best so far again there first (loop_run.baselines_due).
 
-Keep rule: correct, not flagged (over 10x is for review), and faster than the kernel's best of this
+Keep rule: correct, not flagged (too good to be true is for review), and faster than the kernel's best of this
 run by more than the noise: new < best - max((iqr_new + iqr_best) / 2, 1% of best)
 (autokernel.orchestrator.noise_us says why). A near miss (at least 0.4% under the best without
 beating the noise) is timed back to back with the best at the heaviest model shape, and kept when
@@ -488,7 +488,7 @@ def verdict_fields(res, extra: dict, kept: bool, seconds: float) -> dict[str, An
     if res.correct:
         fields["status"] = "kept" if kept else "reverted"
         if res.flagged:
-            fields["error"] = "speed-up over 10x: flagged for review, not kept"
+            fields["error"] = "too good to be true (bench.result.too_good): flagged for review, not kept"
     fields.update(extra)
     fields.update(duration_s=seconds, finished_at=utcnow())
     return fields

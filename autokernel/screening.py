@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from autokernel import objective
-from autokernel.bench.result import FLAG_SPEEDUP
+from autokernel.bench.result import roofline_binds, too_good
 from autokernel.declared import effective, effective_names
 from autokernel.kernelfile import candidate_key, parse_source, rest_of
 
@@ -175,7 +175,7 @@ def left_at_screen(res: Any, p: Plan, margin: float, source: str,
 
 def fill_library(res: Any, start_shapes: list[dict]) -> None:
     """Copy the run's library timings (eager, compile, eager's host time per shape) into a result
-    the bench timed without them, and derive its totals and the 10x flag as the bench would."""
+    the bench timed without them, and derive its totals and the too-good flag as the bench would."""
     rows = (res.extra or {}).get("per_shape") or []
     if not res.correct or not rows:
         return
@@ -188,7 +188,8 @@ def fill_library(res: Any, start_shapes: list[dict]) -> None:
     lat, eager, comp = objective.weighted_totals(rows)
     if res.eager_us is None and eager is not None and lat > 0:
         res.eager_us, res.speedup_vs_eager = eager, eager / lat
-        res.flagged = res.flagged or res.speedup_vs_eager > FLAG_SPEEDUP
     if res.compile_us is None and comp is not None and lat > 0:
         res.compile_us, res.speedup_vs_compile = comp, comp / lat
+    pct = res.pct_peak if roofline_binds(res.bound, res.dtype) else None
+    res.flagged = res.flagged or too_good(lat, res.eager_us, res.compile_us, pct)
     res.extra["library_timings"] = "the run's starting point (timed once per kernel and shape)"

@@ -97,6 +97,17 @@ def ceilings_here() -> dict:
     return _cached
 
 
+def floor_us(ceilings: dict, compute_bound: bool, dtype_name: str, flops: float, nbytes: float) -> float | None:
+    """The least time the measured ceiling allows for this work (us), or None without a ceiling:
+    the roofline's floor at one shape, so a timing can be held against it (bench.result.too_good)."""
+    if compute_bound:
+        short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype_name]
+        ceil, work = ceilings.get(f"matmul_tflops_{short}"), flops / 1e12
+    else:
+        ceil, work = ceilings.get("copy_gbps"), nbytes / 1e9
+    return 1e6 * work / ceil if ceil and work > 0 else None
+
+
 def pct_of_ceiling(ceilings: dict, compute_bound: bool, dtype_name: str, tflops: float | None,
                    gbps: float | None) -> tuple[float | None, str]:
     if compute_bound:

@@ -10,7 +10,38 @@ from typing import Any, Optional
 
 from autokernel.objective import shape_key
 
-FLAG_SPEEDUP = 10.0  # a speed-up over eager beyond this is timed again and flagged for review, never trusted silently
+# Too good to be true: a timing past either limit is timed again and, if it still is, flagged for
+# review and never kept (`too_good`).
+FLAG_SPEEDUP = 10.0  # a speed-up over the library's faster path (the smaller of eager and torch.compile)
+FLAG_PCT_PEAK = 120.0  # % of the measured ceiling (the device's copy or cuBLAS), its noise allowed for
+
+
+def too_good(latency_us: float | None, eager_us: float | None = None, compile_us: float | None = None,
+             pct_peak: float | None = None, floor_us: float | None = None) -> bool:
+    """Whether a correct candidate's timing is beyond belief, at one shape or over a weighted total.
+
+    Against the library's faster path, not eager alone: eager runs rmsnorm as a chain of about seven
+    unfused ops: run 9's best rmsnorm stood at 9.1x eager on an H100, so a slightly better honest
+    kernel, or the same one on a faster card, would be flagged and never kept. torch.compile's fused
+    kernel is a bar an honest kernel rarely beats tenfold. The roofline catches what a slow library would hide: a kernel that moves fewer bytes
+    (or does fewer flops) than the op needs runs past the device's measured ceiling: `pct_peak`, or
+    the roofline's least time for the work (`floor_us`, bench.ceilings.floor_us)."""
+    if not latency_us or latency_us <= 0:
+        return False
+    library = min((t for t in (eager_us, compile_us) if t), default=None)
+    if library and latency_us * FLAG_SPEEDUP < library:
+        return True
+    if pct_peak is None and floor_us:
+        pct_peak = 100.0 * floor_us / latency_us
+    return pct_peak is not None and pct_peak > FLAG_PCT_PEAK
+
+
+def roofline_binds(bound: str, dtype: str) -> bool:
+    """Whether the measured ceiling is a limit an honest kernel cannot pass: copy bandwidth, and
+    cuBLAS in 16 bits. Not fp32 matmul: its ceiling is cuBLAS without TF32, and a Triton `tl.dot`
+    takes TF32 by default, honestly several times past it where the tolerance admits it."""
+    return bound == "memory" or dtype in ("float16", "bfloat16")
+
 
 # Bench outcomes. "correct" is the only one a kernel can be kept with.
 CORRECT = "correct"
@@ -67,7 +98,7 @@ class BenchResult:
     pct_peak: Optional[float] = None  # % of the ceiling that bounds this kernel type
     bound: str = ""  # memory | compute
     peak_vram_mb: Optional[float] = None
-    flagged: bool = False  # speed-up over 10x: for review, not trusted
+    flagged: bool = False  # too good to be true (`too_good`): for review, not trusted
     launched_kernels: list[str] = field(default_factory=list)
     gpu_timing: bool = False  # False under the Triton interpreter / on CPU: timings are not GPU timings
     device: str = ""

@@ -17,7 +17,7 @@ from autokernel.bench import ceilings as ceil_mod
 from autokernel.bench import timing
 from autokernel.bench.baselines import by_shape
 from autokernel.bench.judge import arm, environment
-from autokernel.bench.result import FLAG_SPEEDUP
+from autokernel.bench.result import roofline_binds, too_good
 from autokernel.bench.launches import WATCHED, Launches, cheat_reason, library_reason, record_gpu, watched_reason
 from autokernel.bench.share import UNSEEN
 from autokernel.bench.across_calls import Refill, Sampled, spec_expected
@@ -45,8 +45,11 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
     for shape, w in zip(shapes, weights):
         refill = Refill(spec, shape, dtype, device)
         args = refill.args
-        e = supplied.get(shape_key(shape), {}).get("eager_us")
-        t, why, flagged = timed_at_shape(ctx, spec, refill, device, eager_us=e)
+        lib = supplied.get(shape_key(shape), {})
+        floor = (ceil_mod.floor_us(ceilings, spec.compute_bound, dt, spec.flops(shape, dtype), spec.bytes(shape, dtype))
+                 if roofline_binds("compute" if spec.compute_bound else "memory", dt) else None)
+        t, why, flagged = timed_at_shape(ctx, spec, refill, device, eager_us=lib.get("eager_us"),
+                                         compile_us=lib.get("compile_us"), floor_us=floor)
         if why:
             return f"{spec.shape_label(shape)}: {why}"
         res.flagged = res.flagged or flagged
@@ -74,11 +77,13 @@ def time_all(res, spec, ctx, shapes, weights, dt: str, req: dict, deadline: floa
 
 
 def timed_at_shape(ctx, spec, refill: Refill, device: str, eager_us: float | None = None,
+                   compile_us: float | None = None, floor_us: float | None = None,
                    **more) -> tuple[dict, str | None, bool]:
     """(timing, why it is a cheat or None, flagged): the judge's whole timing at refill's shape, as
     the full judgement and the pair's checked screen both take it: a checked timing, again when it
-    left a tail, the tail check, again with more repetitions when it beats `eager_us` by
-    FLAG_SPEEDUP (flagged if it still does), then the library share of a profiled call."""
+    left a tail, the tail check, again with more repetitions when it is too good to be true against
+    the library's times and the roofline's floor at this shape (flagged if it still is: see
+    bench.result.too_good), then the library share of a profiled call."""
     fn = ctx.fn
     t, why = timed_checked(ctx, fn, spec, refill, device, **more)
     if not why and tail_reason(t):
@@ -91,14 +96,14 @@ def timed_at_shape(ctx, spec, refill: Refill, device: str, eager_us: float | Non
     if why:
         return t, why, False
     flagged = False
-    if eager_us and t["median_us"] * FLAG_SPEEDUP < eager_us:
-        # Too good to be true: time again (more repetitions) before reporting; still over
-        # 10x -> flagged for review, never trusted silently.
+    if too_good(t["median_us"], eager_us, compile_us, floor_us=floor_us):
+        # Time again (more repetitions) before reporting; still too good -> flagged for review,
+        # never trusted silently.
         t, why = timed_checked(ctx, fn, spec, refill, device, **{**more, "min_reps": max(200, more.get("min_reps", 0))})
         why = why or tail_reason(t)
         if why:
             return t, why, False
-        flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
+        flagged = too_good(t["median_us"], eager_us, compile_us, floor_us=floor_us)
     why = library_at(ctx, spec, fn, refill, t.get("host_rep_us") or 0.0, t["median_us"])
     return t, why, flagged
 

@@ -205,7 +205,7 @@ def markdown(result: dict[str, Any]) -> str:
                 for d in lv["degenerate"]))
             lines.append("")
         if lv["flagged"]:
-            lines.append("Flagged for review (over 10x after re-timing; counted correct, not fast): " + ", ".join(
+            lines.append("Flagged for review (over 10x the faster of eager and torch.compile after re-timing; counted correct, not fast): " + ", ".join(
                 f"{d['problem_id']}_{d['name']} ({number(d['speedup_vs_eager'])}x)" for d in lv["flagged"]))
             lines.append("")
         lines.append("| id | name | correct | x eager | x compile | start | note |")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from autokernel.bench.result import CHEAT, COMPILE_ERROR, FLAG_SPEEDUP, BenchResult
+from autokernel.bench.result import CHEAT, COMPILE_ERROR, BenchResult, too_good
 from autokernel.bench.runner import GRACE_S, BenchWorker
 from autokernel.errors import KernelFileError
 from autokernel.kb.problems import Problem
@@ -101,4 +101,4 @@ def _own_baselines(res: BenchResult, baselines: dict) -> None:
     res.eager_us, res.compile_us = eager, comp
     res.speedup_vs_eager = eager / res.latency_us if eager else None
     res.speedup_vs_compile = comp / res.latency_us if comp else None
-    res.flagged = bool(res.flagged) or bool(eager and res.latency_us * FLAG_SPEEDUP < eager)
+    res.flagged = bool(res.flagged) or too_good(res.latency_us, eager, comp)

@@ -7,8 +7,8 @@ Per level (and source):
   divided by every problem in the level (attempted or not), as KernelBench defines it;
 - geometric-mean speed-up over the correct problems (vs eager, vs compile);
 - degenerate problems (constant, below-tolerance or random reference output) are kept out of those
-  numbers and reported apart; so are solutions flagged for review (speed-up over 10x after
-  re-timing): they count as correct but not as fast.
+  numbers and reported apart; so are solutions flagged for review (over 10x the faster of eager and
+  torch.compile after re-timing): they count as correct but not as fast.
 The best solution of a problem is its fastest correct row that is on the kernel's branch
 (baseline or kept), from any kb run; `export` writes that ModelNew file per problem.
 """

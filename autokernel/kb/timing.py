@@ -24,7 +24,7 @@ import torch
 
 from autokernel.bench.across_calls import SAMPLES, Reservoir, Sampled, choose
 from autokernel.bench.between_calls import LeftBehind, leftover, primitives
-from autokernel.bench.result import FLAG_SPEEDUP
+from autokernel.bench.result import too_good
 from autokernel.kb.evaluate import SUPPLIED, TIMED_EARLIER, TIMED_NOW
 from autokernel.kb.inputs import Inputs, Reference, flat, tolerance
 
@@ -322,11 +322,11 @@ def _time_gpu(res, prob, init, new, seed, inputs: Inputs, code: str, quick: bool
     sampled = None if stateful else kb_sampled(prob, init, "cuda", seed, inputs)
     with torch.no_grad():
         t = time_gpu(new, inputs, reps, sampled, verify)
-        if t["median_us"] * FLAG_SPEEDUP < eager_us:
+        if too_good(t["median_us"], eager_us, comp_us):
             t2 = time_gpu(new, inputs, REPS, sampled, verify)  # too good to be true: time again before reporting
             res.extra["first_timing_us"] = t["median_us"]
             t = t2
-            res.flagged = t["median_us"] * FLAG_SPEEDUP < eager_us
+            res.flagged = too_good(t["median_us"], eager_us, comp_us)
         why = sampled.verdict() if sampled is not None else None
     bj.disarm()
     if why:

@@ -25,7 +25,7 @@ The protocol (KernelBench's current evaluation, plus our anti-cheat):
   stream's end event (side streams) is refused; a few timed outputs are checked; eager and
   torch.compile timed live in this process, or, supplied with the request (`baselines`), timed
   by the trusted harness in a process of its own with the same functions (kb/baselines.py; used
-  only when they are for this device and compile mode); speed-ups over 10x are re-timed and flagged. On a
+  only when they are for this device and compile mode); speed-ups over 10x the faster of the two are re-timed and flagged. On a
   machine without a GPU: correctness as above, and CPU wall-clock timing labelled as such;
 - a reference output that is constant or entirely below the tolerance marks the problem degenerate,
   as does a random one (a copy of the reference gives other values on the same inputs: dropout in

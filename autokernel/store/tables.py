@@ -99,7 +99,7 @@ class Experiment(SQLModel, table=True):
     compile_us: Optional[float] = None
     peak_vram_mb: Optional[float] = None
     duration_s: Optional[float] = None
-    flagged: bool = False  # speed-up over 10x: reported for review, not trusted
+    flagged: bool = False  # too good to be true (bench.result.too_good): for review, not trusted
     device: Optional[str] = None
     error: Optional[str] = None  # tail of the error for crashed/timeout/incorrect
     created_at: datetime = Field(default_factory=utcnow)
