@@ -142,13 +142,13 @@ class Loop:
         return ctx
 
     def bench(self, k, source: str, quick: bool):
-        """The full judgement. Once the run's start of the kernel timed the library (eager and
-        torch.compile per shape), later candidates are timed alone and get those timings copied."""
-        ctx = self.context(k)
-        st = self.orch.states.get(k.id)
-        # with a screen, the program it runs per shape too: later candidates' screens compare with it
+        """The full judgement (its limit: Orchestrator.judgement_limit); with a screen, the program it
+        runs per shape too, which later screens compare with. Once the run's start timed the library
+        (eager and torch.compile per shape), later candidates are timed alone and get it copied."""
+        ctx, st = self.context(k), self.orch.states.get(k.id)
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
-                  dtype=k.dtype, quick=quick, timeout_s=self.timeout_s, **({"programs": True} if self.screen else {}))
+                  dtype=k.dtype, quick=quick, timeout_s=self.orch.judgement_limit(k.id, self.timeout_s),
+                  **({"programs": True} if self.screen else {}))
         if st is None or not st.library:
             return self.judge(**kw)
         res = self.judge(**kw, baselines=False)

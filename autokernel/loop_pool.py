@@ -136,7 +136,8 @@ class PooledLoop(Loop):
         ctx = self.context(k)
         st = self.orch.states.get(k.id)
         t = JudgeTask(kernel_id=k.id, kind=kind, source=source, kernel_type=k.kernel_type, dtype=k.dtype,
-                      shapes=ctx.shapes or None, weights=ctx.weights or None, timeout_s=self.timeout_s, quick=quick,
+                      shapes=ctx.shapes or None, weights=ctx.weights or None, quick=quick,
+                      timeout_s=self.orch.judgement_limit(k.id, self.timeout_s),
                       margin=self.margin, gpu_compile=self.proposer.writes_source)
         if kind == "candidate" and st is not None:
             t.start_source = self.start_source(k)

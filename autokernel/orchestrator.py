@@ -38,6 +38,8 @@ from autokernel.screening import SAME_PROGRAM
 VERDICTS = ("kept", "reverted", "screened", "incorrect", "crashed", "timeout")
 NOISE_FLOOR = 0.01  # of the best latency: the smallest gain the keep rule believes
 BEST_IQR_CAP = 2.0  # the best's spread counts at most this many times the candidate's (same shapes)
+HANG_FACTOR = 4.0  # a full judgement this many times the kernel's longest so far is taken for a hang ...
+MIN_JUDGEMENT_S = 120.0  # ... but none is cut short before this (a cold Triton cache, a busy host)
 
 
 def noise_us(new_iqr: float | None, best_iqr: float | None, best_us: float) -> float:
@@ -112,6 +114,7 @@ class KernelState:
     recent: list[bool] = field(default_factory=list)  # kept or not, oldest first
     steps: list[float] = field(default_factory=list)  # each keep's relative improvement
     durations: list[float] = field(default_factory=list)  # seconds of each experiment with a verdict
+    longest_judged_s: float = 0.0  # the longest full judgement that ended (baseline, kept, reverted)
     time_s: float = 0.0  # wall time spent on this kernel's experiments (from the store)
     exhausted: bool = False
     revisits: int = 0
@@ -159,6 +162,8 @@ class Orchestrator:
         if st is None or exp.status == "running":
             return
         st.time_s += float(exp.duration_s or 0.0)
+        if exp.status in ("baseline", "kept", "reverted") and exp.latency_us:
+            st.longest_judged_s = max(st.longest_judged_s, float(exp.duration_s or 0.0))
         if exp.status == "baseline":
             if exp.latency_us:
                 # a baseline on another device (a run resumed elsewhere) times the best so far there:
@@ -201,6 +206,17 @@ class Orchestrator:
         st.best_vs_eager = exp.speedup_vs_eager
         st.best_commit = exp.commit
         st.best_shapes = shapes_of(exp)
+
+    def judgement_limit(self, kernel_id: int, timeout_s: float) -> float:
+        """The time limit of a kernel's next full judgement: HANG_FACTOR times its longest one that
+        ended this run (never under MIN_JUDGEMENT_S), within the user's `timeout_s`. A candidate that
+        hangs would otherwise hold the loop for the whole --timeout, 10 minutes by default, where an
+        honest matmul judgement takes 5-40 s (run 9's #494, a persistent split-K matmul, was still
+        running 2.5 minutes on when the H200's call ended)."""
+        st = self.states.get(kernel_id)
+        if st is None or st.longest_judged_s <= 0:
+            return timeout_s
+        return min(timeout_s, max(MIN_JUDGEMENT_S, HANG_FACTOR * st.longest_judged_s))
 
     def mark_exhausted(self, kernel_id: int) -> None:
         self.states[kernel_id].exhausted = True

@@ -118,6 +118,28 @@ def test_state_and_time_rebuilt_from_the_store_match(store):
     assert run_elapsed_s(store, run.id) == pytest.approx(9.0 + 3.0)
 
 
+def test_a_judgement_is_limited_by_the_kernels_longest_one_so_far(store):
+    """A hang costs HANG_FACTOR times the longest full judgement, not the whole --timeout; screens,
+    failures and timeouts do not raise the limit, and none is cut under MIN_JUDGEMENT_S."""
+    from autokernel.orchestrator import HANG_FACTOR, MIN_JUDGEMENT_S
+
+    run = store.create_run("loop", model="m")
+    a, b = _kernels(store, [("matmul", 0.5), ("rmsnorm", 0.1)])
+    assert Orchestrator.from_store(store, run.id, [a, b]).judgement_limit(a.id, 600.0) == 600.0  # nothing ended yet
+    _exp(store, run, a, "baseline", 100.0, duration=45.0)
+    _exp(store, run, a, "reverted", 110.0, duration=20.0)
+    _exp(store, run, a, "screened", 400.0, duration=300.0)  # a slow screen is not a judgement
+    _exp(store, run, a, "timeout", None, duration=600.0)  # nor is a hang
+    _exp(store, run, b, "baseline", 10.0, duration=5.0)
+    orch = Orchestrator.from_store(store, run.id, [a, b])
+    assert orch.judgement_limit(a.id, 600.0) == pytest.approx(HANG_FACTOR * 45.0) == 180.0
+    assert orch.judgement_limit(a.id, 150.0) == 150.0  # the user's --timeout still bounds it
+    assert orch.judgement_limit(b.id, 600.0) == MIN_JUDGEMENT_S
+    _exp(store, run, b, "kept", 9.0, duration=70.0)
+    orch = Orchestrator.from_store(store, run.id, [a, b])
+    assert orch.judgement_limit(b.id, 600.0) == pytest.approx(280.0)
+
+
 def test_a_run_resumed_on_another_card_compares_with_the_best_timed_there(store):
     """H100 rows, then the run resumed on an H200 (or back): a candidate must beat the best as
     timed on this card, whichever way the card's speed went, and the loop knows which kernels

@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
         max_llm_calls: MaxLLMCalls = None,
         max_cost: MaxCost = None,
         llm_price: LLMPrice = None,
-        timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds."),
+        timeout_s: float = typer.Option(600.0, "--timeout", callback=positive, help="Time limit of one bench judgement, seconds; once a kernel has judgements, its next gets at most 4x its longest (not under 120 s)."),
         target_mode: Optional[str] = typer.Option(None, "--target-mode", help="How the model runs, so what a kernel must beat: compile (torch.compile's op, GPU time; default) or eager (eager's op, host time included)."),
         screen_margin: Optional[float] = typer.Option(None, "--screen-margin", help="A candidate screened at the heaviest shape goes on to the full judgement within this factor of the best (default 1.08 on a GPU, 1.2 on the CPU)."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="Judge on these GPUs at once, one judge per GPU: indices (0,1,2,3) or all."),
