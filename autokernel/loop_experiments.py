@@ -141,15 +141,15 @@ class Loop:
             ctx.max_candidates = max(1, limit - self.count())
         return ctx
 
-    def bench(self, k, source: str, quick: bool):
-        """The full judgement (its limit: Orchestrator.judgement_limit); with a screen, the program it
-        runs per shape too, which later screens compare with. Once the run's start timed the library
-        (eager and torch.compile per shape), later candidates are timed alone and get it copied."""
+    def bench(self, k, source: str, quick: bool, fresh_library: bool = False):
+        """The full judgement (limit: Orchestrator.judgement_limit), with a screen its program per shape
+        too (later screens compare with it). Once the run's start timed the library (eager, compile per
+        shape), candidates are timed alone and get it copied; `fresh_library` times it (another card)."""
         ctx, st = self.context(k), self.orch.states.get(k.id)
         kw = dict(source=source, kernel_type=k.kernel_type, shapes=ctx.shapes or None, weights=ctx.weights or None,
                   dtype=k.dtype, quick=quick, timeout_s=self.orch.judgement_limit(k.id, self.timeout_s),
                   **({"programs": True} if self.screen else {}))
-        if st is None or not st.library:
+        if st is None or not st.library or fresh_library:
             return self.judge(**kw)
         res = self.judge(**kw, baselines=False)
         screening.fill_library(res, st.start_shapes)
@@ -205,7 +205,7 @@ class Loop:
             exp, source = self.baseline_row(k, moved_from=due[k.id])
             t0 = time.monotonic()
             try:
-                res = self.bench(k, source, quick=False)
+                res = self.bench(k, source, quick=False, fresh_library=due[k.id] is not None)
             except BaseException as exc:  # Ctrl-C or a bench failure: no running row left behind
                 self.abandon(exp, exc, t0)
                 raise

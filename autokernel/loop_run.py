@@ -89,20 +89,26 @@ def ensure_kernels(store, workspace, *, model: str, backend: str, kernel_types: 
 
 def baselines_due(rows, kernel_ids, device: Optional[str]) -> dict[int, Optional[str]]:
     """The kernels that need a starting point judged now: those without one in this run (None), and,
-    when `device` is known, those whose latest one was timed on another device (that device's name).
-    A run resumed on another card (an H100's timings, an H200 now) compares candidates with the best
-    timed again here, not with the other card's numbers."""
-    last: dict[int, Any] = {}
+    when `device` is known, those whose best so far (the latest start or keep) or whose library
+    timings (the latest start's) were timed on another device: that device's name. A run resumed on
+    another card (an H100's timings, an H200 now) compares candidates with the best and the library
+    timed again here, not with the other card's numbers; run 9 went H100, H200, H100, and its H200
+    keep was the best the third call had to beat."""
+    start: dict[int, Any] = {}
+    best: dict[int, Any] = {}
     for e in sorted(rows, key=lambda e: e.number):
         if e.proposer == "baseline" and e.status != "abandoned":
-            last[e.kernel_id] = e
+            start[e.kernel_id] = best[e.kernel_id] = e
+        elif e.status == "kept":
+            best[e.kernel_id] = e
     due: dict[int, Optional[str]] = {}
     for kid in kernel_ids:
-        e = last.get(kid)
-        if e is None:
+        if kid not in start:
             due[kid] = None
-        elif device and e.device and e.device != device:
-            due[kid] = e.device
+            continue
+        elsewhere = [e.device for e in (best[kid], start[kid]) if device and e.device and e.device != device]
+        if elsewhere:
+            due[kid] = elsewhere[0]
     return due
 
 

@@ -102,7 +102,7 @@ class KernelState:
     start_shapes: list[dict] = field(default_factory=list)  # the run's start, per shape (library timings)
     best_shapes: list[dict] = field(default_factory=list)  # the best version, per shape
     library: bool = False  # the start timed the library (a GPU run); else the start is the reference
-    device: Optional[str] = None  # what the start and the best were timed on (the latest baseline row's device)
+    device: Optional[str] = None  # what the best so far was timed on (the latest start or keep that set it)
     attempts: int = 0  # experiments with a verdict, this run
     kept: int = 0
     screened: int = 0  # candidates the screen judged (promoted or stopped)
@@ -206,6 +206,7 @@ class Orchestrator:
         st.best_vs_eager = exp.speedup_vs_eager
         st.best_commit = exp.commit
         st.best_shapes = shapes_of(exp)
+        st.device = getattr(exp, "device", None) or st.device
 
     def judgement_limit(self, kernel_id: int, timeout_s: float) -> float:
         """The time limit of a kernel's next full judgement: HANG_FACTOR times its longest one that

@@ -167,6 +167,26 @@ def test_a_run_resumed_on_another_device_times_its_best_there_first(home):
     assert len(store.list_experiments(run_id=first.run_id)) == 4
 
 
+def test_a_best_timed_again_on_another_device_times_the_library_there_too(home):
+    """The start's library timings (eager, torch.compile) are another card's too: the best timed
+    again here is judged with the library timed here, never given the other card's numbers."""
+    from autokernel.loop import run_loop
+
+    store, ws, k = add_tiny_kernel(home)
+    first = run_loop(store, ws, model="tiny", hours=1, max_experiments=1, verify=False, timeout_s=120)
+    start = store.list_experiments(run_id=first.run_id)[0]
+    per = [{**r, "eager_us": 12345.0, "compile_us": 12345.0} for r in json.loads(start.details_json)]
+    assert per and start.status == "baseline"
+    # as a GPU run writes a start that timed the library, on an H100
+    store.update_experiment(start.id, device="NVIDIA H100 80GB HBM3", details_json=json.dumps(per),
+                            speedup_vs_eager=12345.0 * len(per) / start.latency_us)
+    run_loop(store, ws, resume_run_id=first.run_id, verify=False, timeout_s=120)
+    new = store.list_experiments(run_id=first.run_id)[-1]
+    assert (new.proposer, new.status) == ("baseline", "baseline") and new.device != "NVIDIA H100 80GB HBM3"
+    assert new.description.startswith("best so far, timed again on")
+    assert "12345" not in (new.details_json or "") and new.eager_us != 12345.0 * len(per)
+
+
 def _wait_for(pred, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

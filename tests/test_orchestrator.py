@@ -170,6 +170,30 @@ def test_a_run_resumed_on_another_card_compares_with_the_best_timed_there(store)
     assert Orchestrator.from_store(store, run.id, [k]).states[k.id].best_us == 95.0
 
 
+def test_a_best_kept_on_another_card_is_timed_again_even_where_the_start_was_timed(store):
+    """Run 9: starts on an H100, a keep on an H200, resumed on an H100. The best the third call had
+    to beat was the H200's keep, so it is due again though every start row names the H100; a
+    reverted row from the other card sets no best and makes nothing due."""
+    from autokernel.loop_run import baselines_due
+
+    run = store.create_run("loop", model="m")
+    k, k2 = _kernels(store, [("matmul", 0.5), ("rmsnorm", 0.3)])
+    for kk in (k, k2):
+        store.update_experiment(_exp(store, run, kk, "baseline", 100.0).id, device="H100")
+    store.update_experiment(_exp(store, run, k, "kept", 90.0).id, device="H200")
+    store.update_experiment(_exp(store, run, k2, "reverted", 80.0).id, device="H200")
+    rows = store.list_experiments(run_id=run.id)
+    assert baselines_due(rows, [k.id, k2.id], "H100") == {k.id: "H200"}
+    assert baselines_due(rows, [k.id, k2.id], "H200") == {k2.id: "H100"}
+    assert Orchestrator.from_store(store, run.id, [k]).states[k.id].device == "H200"
+    # timed again on the H100 (slower there): that is the best now, and nothing is due on the H100
+    store.update_experiment(_exp(store, run, k, "baseline", 97.0).id, device="H100")
+    rows = store.list_experiments(run_id=run.id)
+    assert baselines_due(rows, [k.id, k2.id], "H100") == {}
+    st = Orchestrator.from_store(store, run.id, [k]).states[k.id]
+    assert (st.best_us, st.device, st.kept) == (97.0, "H100", 1)
+
+
 def _gpu_row(store, run, k, status, latency, library_us, shapes, duration=2.0, mode="compile", pct_peak=None):
     """A row as a GPU run writes it: per-shape timings, the library's eager and compile times."""
     import json
