@@ -97,22 +97,23 @@ def ceilings_here() -> dict:
     return _cached
 
 
+def ceiling(ceilings: dict, compute_bound: bool, dtype_name: str) -> float | None:
+    """The measured ceiling that bounds a kernel: cuBLAS TFLOP/s in its dtype, or copy GB/s."""
+    if compute_bound:
+        short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype_name]
+        return ceilings.get(f"matmul_tflops_{short}")
+    return ceilings.get("copy_gbps")
+
+
 def floor_us(ceilings: dict, compute_bound: bool, dtype_name: str, flops: float, nbytes: float) -> float | None:
     """The least time the measured ceiling allows for this work (us), or None without a ceiling:
     the roofline's floor at one shape, so a timing can be held against it (bench.result.too_good)."""
-    if compute_bound:
-        short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype_name]
-        ceil, work = ceilings.get(f"matmul_tflops_{short}"), flops / 1e12
-    else:
-        ceil, work = ceilings.get("copy_gbps"), nbytes / 1e9
+    ceil = ceiling(ceilings, compute_bound, dtype_name)
+    work = flops / 1e12 if compute_bound else nbytes / 1e9
     return 1e6 * work / ceil if ceil and work > 0 else None
 
 
 def pct_of_ceiling(ceilings: dict, compute_bound: bool, dtype_name: str, tflops: float | None,
                    gbps: float | None) -> tuple[float | None, str]:
-    if compute_bound:
-        short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype_name]
-        ceil = ceilings.get(f"matmul_tflops_{short}")
-        return (100.0 * tflops / ceil if ceil and tflops is not None else None), "compute"
-    ceil = ceilings.get("copy_gbps")
-    return (100.0 * gbps / ceil if ceil and gbps is not None else None), "memory"
+    ceil, rate = ceiling(ceilings, compute_bound, dtype_name), (tflops if compute_bound else gbps)
+    return (100.0 * rate / ceil if ceil and rate is not None else None), ("compute" if compute_bound else "memory")

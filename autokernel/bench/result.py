@@ -23,9 +23,10 @@ def too_good(latency_us: float | None, eager_us: float | None = None, compile_us
     Against the library's faster path, not eager alone: eager runs rmsnorm as a chain of about seven
     unfused ops: run 9's best rmsnorm stood at 9.1x eager on an H100, so a slightly better honest
     kernel, or the same one on a faster card, would be flagged and never kept. torch.compile's fused
-    kernel is a bar an honest kernel rarely beats tenfold. The roofline catches what a slow library would hide: a kernel that moves fewer bytes
-    (or does fewer flops) than the op needs runs past the device's measured ceiling: `pct_peak`, or
-    the roofline's least time for the work (`floor_us`, bench.ceilings.floor_us)."""
+    kernel is a bar an honest kernel rarely beats tenfold. The roofline catches what a slow library
+    would hide: a kernel that moves fewer bytes (or does fewer flops) than the op needs runs past the
+    device's measured ceiling: `pct_peak`, or the roofline's least time for the work (`floor_us`,
+    bench.ceilings.floor_us)."""
     if not latency_us or latency_us <= 0:
         return False
     library = min((t for t in (eager_us, compile_us) if t), default=None)
