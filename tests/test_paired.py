@@ -135,9 +135,11 @@ class ThenTheSame(Scripted):
 def test_the_loop_keeps_a_near_miss_only_when_its_pair_finds_it_faster(home, monkeypatch):
     """With the keep rule's floor raised to 50% (the CPU's timings of one kernel move by several
     percent, and the interpreter adds 5-25 ms to each call of the tiny kernel), a candidate sleeping
-    20 ms instead of 80 is an ordinary keep, one sleeping 12 instead of 20 (18-32% faster) is a near
-    miss that its pair keeps, and the same program under another key is a near miss only by chance
-    and then its pair says no. Rows say which; the branch holds the keeps."""
+    100 ms instead of 400 is an ordinary keep, one sleeping 65 instead of 100 (20-48% faster) is a
+    near miss that its pair keeps, and the same program under another key is a near miss only by
+    chance and then its pair says no. Rows say which; the branch holds the keeps. (The sleeps were
+    80, 20 and 12 ms: on a busy 2-core CI machine the interpreter's share then swamped the 8 ms
+    between the near miss and the best, and twice the near miss was not kept.)"""
     from autokernel import orchestrator
     from autokernel.loop import run_loop
 
@@ -145,19 +147,19 @@ def test_the_loop_keeps_a_near_miss_only_when_its_pair_finds_it_faster(home, mon
     monkeypatch.setattr(paired, "ROUNDS", 5)
     monkeypatch.setattr(paired, "MAX_ROUNDS", 5)
     monkeypatch.setattr(paired, "ON_CPU", True)  # the loop pairs GPU timings only, unless told
-    store, ws, k = add_tiny_kernel(home, _with(TINY_REDUCE, DELAY_MS=80))
+    store, ws, k = add_tiny_kernel(home, _with(TINY_REDUCE, DELAY_MS=400))
     summary = run_loop(store, ws, model="tiny", hours=1, verify=False, timeout_s=120, margin=5.0,
-                       proposer=ThenTheSame([{"DELAY_MS": 20}, {"DELAY_MS": 12}]), on_event=lambda e: None)
+                       proposer=ThenTheSame([{"DELAY_MS": 100}, {"DELAY_MS": 65}]), on_event=lambda e: None)
     big, near, same = [e for e in store.list_experiments(run_id=summary.run_id) if e.proposer != "baseline"]
-    assert json.loads(big.config_json)["DELAY_MS"] == 20 and json.loads(near.config_json)["DELAY_MS"] == 12
-    assert json.loads(same.config_json) == json.loads(near.config_json) and same.candidate_key != near.candidate_key
+    assert json.loads(big.config_json)["DELAY_MS"] == 100 and json.loads(near.config_json)["DELAY_MS"] == 65
     assert big.status == "kept" and big.paired_json is None  # over 50% faster: the keep rule itself
     assert near.paired_json, (near.status, near.latency_us, big.latency_us)
     v = json.loads(near.paired_json)
-    assert near.status == "kept" and v["faster"] and v["rounds"] == 5 and 0.6 < v["ratio"] < 0.9, v
+    assert near.status == "kept" and v["faster"] and v["rounds"] == 5 and 0.5 < v["ratio"] < 0.9, v
+    assert json.loads(same.config_json) == json.loads(near.config_json) and same.candidate_key != near.candidate_key
     assert near.latency_us > big.latency_us * 0.5  # under the 50% floor: only the pair could keep it
     assert same.status == "reverted"
     if same.paired_json:  # a near miss by chance: its pair found no gain
         assert not json.loads(same.paired_json)["faster"]
     assert summary.kept == 2 and summary.paired_kept == 1 and summary.paired in (1, 2)
-    assert parse_source(ws.read(k.name)).config["DELAY_MS"] == 12
+    assert parse_source(ws.read(k.name)).config["DELAY_MS"] == 65
