@@ -195,6 +195,50 @@ def test_the_search_samples_persistent_switches_only_where_they_run():
     assert switches < set(effective_names(source, dict(config, FP32_VARIANT="persistent"), "fp32"))
 
 
+def test_the_search_leaves_out_paths_the_models_shapes_never_take(tmp_path, monkeypatch):
+    """Given a model's shapes, no trial moves the GEMV tunables where no call has N == 1, nor
+    PAD_UNALIGNED where no operand would be padded, nor split-K's sizes with SPLIT_K "off"; and the
+    kernel at such shapes indeed never takes those paths (H100 run 9: 422 of matmul's 772
+    candidates were the best's very program, nearly all moves of these)."""
+    source = starter_path("matmul", "triton").read_text()
+    config = read_kernel_file(starter_path("matmul", "triton")).config
+    llama = [{"M": 2048, "N": 4096, "K": 4096}, {"M": 64, "N": 2048, "K": 1}, {"M": 2048, "N": 32000, "K": 4096}]
+    gemv = {"GEMV_BLOCK_M", "GEMV_BLOCK_K", "GEMV_WARPS"}
+    sizes = {"SPLIT_K_PROGRAMS", "SPLIT_K_MIN_CHUNK", "SPLIT_K_BELOW_TILES"}
+    names = set(effective_names(source, config, "bf16", llama))
+    assert not (gemv | {"PAD_UNALIGNED"}) & names and sizes | {"SPLIT_K", "VARIANT", "BLOCK_M"} < names
+    assert not sizes & set(effective_names(source, dict(config, SPLIT_K="off"), "bf16", llama))
+    assert gemv < set(effective_names(source, config, "bf16", llama + [{"M": 4096, "N": 1, "K": 4096}]))
+    for odd in ({"M": 2048, "N": 4096, "K": 4100}, {"M": 2048, "N": 4100, "K": 4096}):  # A's or B's rows
+        assert "PAD_UNALIGNED" in effective_names(source, config, "bf16", llama + [odd])
+    everything = gemv | sizes | {"PAD_UNALIGNED"}
+    assert everything < set(effective_names(source, config, "bf16"))  # shapes unknown (KernelBench)
+    assert everything < set(effective_names(source, config, "bf16", [{"B": 2, "M": 8}]))  # not M, N, K
+
+    # what the names say is what the kernel does (PAD_MIN_ELEMS 1: any unaligned operand is padded)
+    mod = _load(MM, dict(SMALL_TILES, PAD_MIN_ELEMS=1), tmp_path)
+    seen = _spy(mod, monkeypatch, ["_gemv_kernel"])
+    aligned, copies = mod._aligned, []
+
+    def spy_aligned(t, *args, **kw):  # records whether an operand was copied into a padded buffer
+        out = aligned(t, *args, **kw)
+        copies.append(isinstance(out, torch.Tensor) and out is not t)
+        return out
+
+    monkeypatch.setattr(mod, "_aligned", spy_aligned)
+    src = with_config(source, dict(SMALL_TILES, PAD_MIN_ELEMS=1))
+    for shape, taken in (({"M": 40, "N": 48, "K": 32}, False), ({"M": 40, "N": 1, "K": 32}, True),
+                         ({"M": 40, "N": 48, "K": 40}, True)):
+        seen.clear()
+        copies.clear()
+        a = torch.randn(shape["M"], shape["K"], dtype=torch.float16)
+        b = torch.randn(shape["N"], shape["K"], dtype=torch.float16).t()  # a weight's .t(), as nn.Linear
+        torch.testing.assert_close(mod.kernel_fn(a, b).float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+        names = set(effective_names(src, dict(config, **SMALL_TILES), "fp16", [shape]))
+        used = bool(seen) or any(copies)
+        assert used == taken and bool((gemv | {"PAD_UNALIGNED"}) & names) == taken, (shape, seen, copies)
+
+
 @pytest.mark.parametrize("variant", [
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "persistent", "EPILOGUE_SUBTILE": 2, "PERSISTENT_LOOP": "flatten"},
     {"GU_VARIANT": "persistent", "DOWN_VARIANT": "pointer", "EPILOGUE_SUBTILE": 1, "PERSISTENT_LOOP": "plain"},

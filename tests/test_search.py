@@ -4,6 +4,7 @@ infeasible configurations never compiled, exhaustion."""
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -35,9 +36,11 @@ def _valid(cfg):
     return cfg["BLOCK"] // cfg["NUM_WARPS"] >= 16
 
 
-def _row(cfg, status="reverted", latency=100.0, run_id=1):
+def _row(cfg, status="reverted", latency=100.0, run_id=1, device="gpu0", error=None, screen_us=None):
+    # timed at one shape, the heaviest (a screened row: at it alone, screen_us)
+    details = json.dumps([{"shape": {"rows": 8}, "latency_us": latency}]) if status != "screened" else None
     return SimpleNamespace(status=status, config_json=json.dumps(cfg), run_id=run_id, latency_us=latency,
-                           details_json=None, screen_us=None)
+                           details_json=details, screen_us=screen_us, device=device, error=error)
 
 
 def _baseline(source=SOURCE):
@@ -84,6 +87,49 @@ def test_the_study_learns_where_the_good_configurations_are():
     assert sum(t <= 300 for t in after_start) >= 7, [(json.loads(h.config_json), h.latency_us) for h in history]
     assert min(after_start) == 100.0  # the best point of the 51
     assert prop.description.startswith(("tpe #", "near #", "draw #"))
+
+
+def test_the_study_scores_repeats_of_the_best_as_infeasible_and_each_card_by_its_own_start():
+    """A candidate the screen found to run the best's very program is no evidence for its
+    configuration: scored as the best, such rows filled TPE's good group with clones of the best
+    (H100 run 9: 422 of matmul's 772 candidates). It is infeasible, below every feasible trial and
+    above a failure. A run resumed on another card timed its start again there: each row is
+    scored against the start timed on its own card, never across cards."""
+    from autokernel.proposers import study as studies
+    from autokernel.screening import SAME_PROGRAM
+
+    start = parse_source(SOURCE).config
+    names = list(start)
+    history = [_baseline(),  # the start, timed on gpu0 at 100 us, then on gpu1 at 200 us
+               _row(dict(start, BLOCK=64), latency=90.0),
+               _row(dict(start, BLOCK=256), status="screened", screen_us=101.0,
+                    error=f"{SAME_PROGRAM} at all 1 model shapes: not judged again"),
+               _row(dict(start, BLOCK=512), status="screened", screen_us=150.0, error="slower than 1.15x the best"),
+               _row(dict(start, NUM_WARPS=8), status="incorrect"),
+               _row(start, status="baseline", latency=200.0, device="gpu1"),
+               _row(dict(start, VARIANT="b"), latency=180.0, device="gpu1"),
+               _row(dict(start, VARIANT="c"), latency=50.0, device="gpu2")]  # no start on gpu2
+    study = studies.open_study("t", None, seed=0, startup=4)
+    studies.sync(study, history, SPACE, names, start)
+    by_block = {(t.params["BLOCK"], t.params["NUM_WARPS"], t.params["VARIANT"]): t for t in study.get_trials()}
+
+    def trial(**moved):
+        cfg = dict(start, **moved)
+        return by_block[(SPACE["BLOCK"].index(cfg["BLOCK"]), SPACE["NUM_WARPS"].index(cfg["NUM_WARPS"]),
+                         cfg["VARIANT"])]
+
+    assert trial(BLOCK=64).value == pytest.approx(math.log(0.9)) and trial(BLOCK=64).constraints == {"failed": 0.0}
+    assert trial(BLOCK=512).value == pytest.approx(math.log(1.5)) and trial(BLOCK=512).constraints == {"failed": 0.0}
+    assert trial(BLOCK=256).constraints == {"failed": studies.REPEAT} and 0 < studies.REPEAT < studies.INFEASIBLE
+    assert trial(NUM_WARPS=8).constraints == {"failed": studies.INFEASIBLE}
+    assert trial(VARIANT="b").value == pytest.approx(math.log(0.9))  # 180 against gpu1's 200, not gpu0's 100
+    assert ("c" not in {t.params["VARIANT"] for t in study.get_trials()}), "scored without a start on its card"
+    # TPE's split: the repeat is never in the good group while a feasible trial can fill it
+    from optuna.samplers._tpe.sampler import _split_trials
+
+    below, above = _split_trials(study, study.get_trials(), n_below=3)
+    assert trial(BLOCK=256).number in {t.number for t in above}
+    assert {t.number for t in below} == {trial(BLOCK=64).number, trial(VARIANT="b").number, trial().number}
 
 
 def test_structural_switches_are_searched_and_named():

@@ -190,7 +190,7 @@ class SearchProposer:
                 self.rejected[label] += 1
                 trial.set_user_attr("key", key)
                 trial.set_user_attr("rejected", why)
-                trial.set_constraint(studies.CONSTRAINT, 1.0)
+                trial.set_constraint(studies.CONSTRAINT, studies.INFEASIBLE)
                 study.tell(trial, 0.0)
                 tried.add(key)
                 continue

@@ -8,7 +8,9 @@ as persistent or one tile per program) as a categorical. The objective, minimize
 log(time / the run's starting time) at the kernel's heaviest model shape, so full judgements and
 screened candidates (timed only there) land on one scale; a candidate that failed (incorrect,
 crashed, timed out) or that its file's valid_config or the device rejects is an infeasible trial
-(constraint > 0), which TPE ranks below every feasible one.
+(constraint > 0), which TPE ranks below every feasible one; so is one the screen found to run the
+best's very program (a repeat, with a smaller constraint: better than a failure, never good). A row
+is scored against its run's start as timed on the row's own device.
 
 The store's experiment rows are the truth; the study is rebuilt from them as needed: at every
 proposal, trials still running (the previous candidate, or one a killed process left) are told
@@ -30,10 +32,17 @@ from autokernel import objective
 from autokernel.errors import ConfigError
 from autokernel.orchestrator import config_key
 from autokernel.proposers.base import history_config
+from autokernel.screening import SAME_PROGRAM
 
 FAILED = ("incorrect", "crashed", "timeout")
 JUDGED = ("kept", "reverted", "screened", "baseline") + FAILED
-CONSTRAINT = "failed"  # the trial's constraint name: 1 infeasible, 0 feasible
+CONSTRAINT = "failed"  # the trial's constraint name: 0 feasible, above 0 infeasible
+INFEASIBLE = 1.0  # failed (incorrect, crashed, timed out) or rejected before compiling
+# The best's very program under another configuration (left at the screen, timed as the best):
+# scored as the best, such rows filled TPE's good group with the best's clones, so it kept
+# proposing the best's settings with unread tunables moved (H100 run 9: 422 of matmul's 772
+# candidates). Infeasible, but ranked above a failure where TPE must take infeasible ones.
+REPEAT = 0.5
 
 
 def optuna_module():
@@ -103,14 +112,16 @@ def open_study(name: str, path: Optional[Path], seed: int, startup: int):
                                load_if_exists=True)
 
 
-def row_value(exp, starts: dict[Optional[int], Any]) -> Optional[tuple[float, bool]]:
-    """(objective, feasible) of a judged row, scored against its own run's starting point; None
-    when nothing comparable was timed."""
+def row_value(exp, starts: dict[tuple[Optional[int], Optional[str]], Any]) -> Optional[tuple[float, float]]:
+    """(objective, constraint) of a judged row, scored against its own run's starting point timed
+    on the row's own device (a run resumed on another card times its start again there: a row is
+    never scored with another card's clock); None when nothing comparable was timed."""
     if exp.status in FAILED:
-        return 0.0, False
-    start = starts.get(exp.run_id)
+        return 0.0, INFEASIBLE
+    start = starts.get((exp.run_id, exp.device))
     if start is None or not start.latency_us:
         return None
+    repeat = exp.status == "screened" and (exp.error or "").startswith(SAME_PROGRAM)
     base_rows = objective.per_shape(start.details_json)
     heavy = objective.heaviest(base_rows)
     if exp.status == "screened":
@@ -124,7 +135,7 @@ def row_value(exp, starts: dict[Optional[int], Any]) -> Optional[tuple[float, bo
             t, base = exp.latency_us, start.latency_us
     if not (t and base and t > 0 and base > 0):
         return None
-    return math.log(t / base), True
+    return math.log(t / base), (REPEAT if repeat else 0.0)
 
 
 def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[str],
@@ -132,7 +143,7 @@ def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[
     """Bring the study up to date with the store (see the module docstring); trials whose key is
     `in_flight` (a pool is judging them now) stay running."""
     optuna = optuna_module()
-    starts = {e.run_id: e for e in history if e.status == "baseline" and e.latency_us}
+    starts = {(e.run_id, e.device): e for e in history if e.status == "baseline" and e.latency_us}
     verdicts: dict[str, tuple[dict, Optional[tuple[float, bool]]]] = {}
     for e in history:
         if e.status in JUDGED:
@@ -150,7 +161,7 @@ def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)
                 continue
             trial = optuna.trial.Trial(study, t._trial_id)
-            trial.set_constraint(CONSTRAINT, 0.0 if got[1] else 1.0)
+            trial.set_constraint(CONSTRAINT, got[1])
             study.tell(trial, got[0])
             known.add(key)
         elif t.state == optuna.trial.TrialState.COMPLETE:
@@ -161,4 +172,4 @@ def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[
             continue
         study.add_trial(optuna.trial.create_trial(
             params=params, distributions=dists, value=got[0], user_attrs={"key": key, "source": "store"},
-            constraints={CONSTRAINT: 0.0 if got[1] else 1.0}))
+            constraints={CONSTRAINT: got[1]}))

@@ -216,11 +216,11 @@ def valid_config(cfg):
     return half <= SMEM_LIMIT and single <= SMEM_LIMIT and acc_regs <= 256 and fp32_acc_regs <= 128
 
 
-def effective_config(cfg, dtype):
+def effective_config(cfg, dtype, shapes=None):
     # fp32 inputs run the FP32_* tiles, 16-bit inputs the others (the "tma" variant and the
     # per-shape table are 16-bit only); the persistent variant's own switches matter only where
-    # the dtype's variant is "persistent": the search does not spend trials on tunables the kernel
-    # never reads
+    # the dtype's variant is "persistent", and split-K's sizes only where SPLIT_K is "auto": the
+    # search does not spend trials on tunables the kernel never reads
     if dtype == "float32":
         unused = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "VARIANT", "SHAPE_CONFIGS"]
         persistent = cfg.get("FP32_VARIANT") == "persistent"
@@ -229,6 +229,21 @@ def effective_config(cfg, dtype):
         persistent = cfg.get("VARIANT") == "persistent"
     if not persistent:
         unused += ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"]
+    if cfg.get("SPLIT_K") == "off":
+        unused += ["SPLIT_K_PROGRAMS", "SPLIT_K_MIN_CHUNK", "SPLIT_K_BELOW_TILES"]
+    # Given the kernel's (a model's) shapes: the GEMV path runs only where N == 1, and no operand is
+    # padded where every row stride is a multiple of 16 or the operand is under PAD_MIN_ELEMS.
+    # H100 run 9 left 422 of matmul's 772 candidates at the screen as the best's very program, nearly
+    # all of them moves of GEMV_* (unread at LLaMA-7B's shapes) and split-K sizes with SPLIT_K "off".
+    if shapes is not None and all(all(k in s for k in ("M", "N", "K")) for s in shapes):
+        if all(s["N"] != 1 for s in shapes):
+            unused += ["GEMV_BLOCK_M", "GEMV_BLOCK_K", "GEMV_WARPS"]
+
+        def padded(rows, cols, strides):
+            return rows * cols >= PAD_MIN_ELEMS and any(v % 16 for v in strides)
+
+        if not any(padded(s["M"], s["K"], [s["K"]]) or padded(s["K"], s["N"], [s["K"], s["N"]]) for s in shapes):
+            unused.append("PAD_UNALIGNED")
     return {k: v for k, v in cfg.items() if k not in unused}
 
 
