@@ -30,7 +30,7 @@ _SAFE_BUILTINS = {n: getattr(builtins, n) for n in (
     "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "True", "False", "None")
     if hasattr(builtins, n)}
 
-_CONST_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Tuple, ast.List,
+_CONST_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Tuple, ast.List, ast.Dict,
                 ast.operator, ast.unaryop)
 
 # Conservative per-block limits of the GPUs the bench targets (sm_80 and later): Hopper's opt-in
@@ -49,7 +49,8 @@ def canonical_dtype(dtype: str) -> str:
 
 
 def _constant_assignment(node: ast.stmt) -> bool:
-    """NAME = <literals and names combined by arithmetic>, nothing that calls or imports."""
+    """NAME = <literals (tuples, lists and dicts of them too: a SEARCH_SPACE) and names combined by
+    arithmetic>, nothing that calls or imports."""
     if isinstance(node, ast.AnnAssign):
         targets, value = [node.target], node.value
     elif isinstance(node, ast.Assign):

@@ -88,8 +88,8 @@ def seconds(prog: tuple, shape: dict) -> float:
     eff *= {"persistent": 1.0, "tma": 0.95, "pointer": 0.85, "split": 0.85}[variant]
     if rest:
         sub, loop, desc = rest
-        eff *= {1: 0.98, 2: 1.0, 4: 0.99}[sub] * {"plain": 0.97, "flatten": 1.0, "warp_specialize": 0.99}[loop]
-        eff *= 1.0 if desc == "host" else 0.995
+        eff *= {1: 0.97, 2: 0.98, 4: 1.0}[sub] * {"plain": 0.97, "flatten": 1.0, "warp_specialize": 0.99}[loop]
+        eff *= 1.0 if desc == "device" else 0.99
     extra = 8.0 * M * N * splits / COPY if splits > 1 else 0.0
     scatter = int(hashlib.sha256(repr((prog, M, N, K)).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return (flops / (PEAK * eff) + extra) * (0.98 + 0.04 * scatter) + 4e-6

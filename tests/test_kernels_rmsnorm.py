@@ -33,12 +33,14 @@ def test_the_search_leaves_out_what_the_models_calls_never_read():
     kf = K.kernel_file("triton")
     llama = [{"rows": 2048, "cols": 4096}]
     names = set(effective_names(kf.source, kf.config, "bfloat16", llama))
-    assert not names & {"LOOP_BLOCK", "LOOP_WARPS", "COL_INNER", "COL_TILE", "COL_WARPS", "PROGRAMS_PER_SM"}
+    assert not names & {"LOOP_BLOCK", "LOOP_WARPS", "COL_INNER", "COL_TILE", "COL_WARPS", "PROGRAMS_PER_SM",
+                        "MAX_FUSED_COLS"}  # 4096 columns: fused under the smallest MAX_FUSED_COLS offered
     assert {"SCHEDULE", "MAX_WARPS", "TILE_ELEMS", "ELEMS_PER_THREAD"} <= names
-    assert {"LOOP_BLOCK", "LOOP_WARPS"} <= set(effective_names(kf.source, kf.config, "bfloat16",
-                                                               llama + [{"rows": 1, "cols": 40000}]))
+    assert {"LOOP_BLOCK", "LOOP_WARPS", "MAX_FUSED_COLS"} <= set(effective_names(
+        kf.source, kf.config, "bfloat16", llama + [{"rows": 1, "cols": 40000}]))
+    assert "MAX_FUSED_COLS" in effective_names(kf.source, kf.config, "bfloat16", [{"rows": 8, "cols": 5000}])
     anywhere = set(effective_names(kf.source, kf.config, "bfloat16"))  # shapes unknown (KernelBench)
-    assert {"LOOP_BLOCK", "COL_TILE"} <= anywhere and "PROGRAMS_PER_SM" not in anywhere
+    assert {"LOOP_BLOCK", "COL_TILE", "MAX_FUSED_COLS"} <= anywhere and "PROGRAMS_PER_SM" not in anywhere
     persistent = dict(kf.config, SCHEDULE="persistent")
     assert "PROGRAMS_PER_SM" in effective_names(kf.source, persistent, "bfloat16", llama)
 
