@@ -12,7 +12,8 @@ Each proposal is judged as the loop would: a configuration whose program equals 
 every shape is left at the screen as a repeat ("same program as the best", timed as the best),
 a faster one by 1% or more is kept (the new incumbent), any other is reverted. Four arms: the
 search told the kernel's shapes or not (effective_config then leaves out GEMV_* and PAD_UNALIGNED),
-and a repeat scored as the best (what the study did before) or as infeasible (study.REPEAT).
+and a repeat scored as the best (what the study did before) or as infeasible (study.REPEAT). Told
+the shapes, the search also moves the persistent switches, which the per-shape table reads there.
 
     python benchmarks/study_repeats.py --trials 150 --seeds 5
 """
@@ -137,8 +138,9 @@ def run_arm(source: str, mod, trials: int, seed: int, with_shapes: bool, repeat:
             best_cfg, best_prog, best_total, best_heavy = cfg, prog, total, heavy
         else:
             history.append(row(cfg, "reverted", total, heavy))
-    return {"repeats": repeats, "keeps": keeps, "proposals": len(history) - 1,
-            "best_vs_start": best_total / start_total, "s_per_proposal": (time.perf_counter() - t0) / max(1, len(history) - 1)}
+    n = len(history) - 1
+    return {"repeats": repeats, "keeps": keeps, "proposals": n, "best_vs_start": best_total / start_total,
+            "s_per_proposal": (time.perf_counter() - t0) / max(1, n)}
 
 
 def main() -> None:

@@ -199,7 +199,8 @@ def test_the_search_leaves_out_paths_the_models_shapes_never_take(tmp_path, monk
     """Given a model's shapes, no trial moves the GEMV tunables where no call has N == 1, nor
     PAD_UNALIGNED where no operand would be padded, nor split-K's sizes with SPLIT_K "off"; and the
     kernel at such shapes indeed never takes those paths (H100 run 9: 422 of matmul's 772
-    candidates were the best's very program, nearly all moves of these)."""
+    candidates were the best's very program, nearly all moves of these). The persistent switches
+    are searched where the per-shape table runs a model shape persistent."""
     source = starter_path("matmul", "triton").read_text()
     config = read_kernel_file(starter_path("matmul", "triton")).config
     llama = [{"M": 2048, "N": 4096, "K": 4096}, {"M": 64, "N": 2048, "K": 1}, {"M": 2048, "N": 32000, "K": 4096}]
@@ -211,6 +212,13 @@ def test_the_search_leaves_out_paths_the_models_shapes_never_take(tmp_path, monk
     assert gemv < set(effective_names(source, config, "bf16", llama + [{"M": 4096, "N": 1, "K": 4096}]))
     for odd in ({"M": 2048, "N": 4096, "K": 4100}, {"M": 2048, "N": 4100, "K": 4096}):  # A's or B's rows
         assert "PAD_UNALIGNED" in effective_names(source, config, "bf16", llama + [odd])
+    # PERSISTENT_SHAPES' entries run the heavy shapes persistent with VARIANT "pointer": its switches are searched
+    switches = {"EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"}
+    assert switches < names and switches < set(effective_names(source, config, "bf16", [{"M": 1500, "N": 4096,
+                                                                                         "K": 4096}]))
+    for cfg, shapes in ((config, [{"M": 2048, "N": 4096, "K": 512}]), (dict(config, SHAPE_CONFIGS="off"), llama),
+                        (dict(config, VARIANT="tma"), llama)):  # no entry, no table, VARIANT moved off the base
+        assert not switches & set(effective_names(source, cfg, "bf16", shapes))
     everything = gemv | sizes | {"PAD_UNALIGNED"}
     assert everything < set(effective_names(source, config, "bf16"))  # shapes unknown (KernelBench)
     assert everything < set(effective_names(source, config, "bf16", [{"B": 2, "M": 8}]))  # not M, N, K

@@ -144,7 +144,7 @@ def sync(study, history: Sequence[Any], space: dict[str, list], names: Sequence[
     `in_flight` (a pool is judging them now) stay running."""
     optuna = optuna_module()
     starts = {(e.run_id, e.device): e for e in history if e.status == "baseline" and e.latency_us}
-    verdicts: dict[str, tuple[dict, Optional[tuple[float, bool]]]] = {}
+    verdicts: dict[str, tuple[dict, Optional[tuple[float, float]]]] = {}
     for e in history:
         if e.status in JUDGED:
             cfg = {**start_config, **history_config(e)}

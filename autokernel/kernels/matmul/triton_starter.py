@@ -227,6 +227,12 @@ def effective_config(cfg, dtype, shapes=None):
     else:
         unused = [k for k in cfg if k.startswith("FP32_")]
         persistent = cfg.get("VARIANT") == "persistent"
+        # at a shape PERSISTENT_SHAPES lists, its entry decides VARIANT while VARIANT keeps its
+        # TABLE_BASE value: the starter runs persistent there with VARIANT "pointer", and the
+        # persistent switches are read (the search never moved them at LLaMA-7B's shapes before)
+        if shapes is not None and cfg.get("SHAPE_CONFIGS") == "table" and cfg.get("VARIANT") == TABLE_BASE["VARIANT"]:
+            keys = [f"{1 << max(0, s.get('M', 0) - 1).bit_length()}x{s.get('N')}x{s.get('K')}" for s in shapes]
+            persistent = any(PERSISTENT_SHAPES.get(k, {}).get("VARIANT") == "persistent" for k in keys)
     if not persistent:
         unused += ["EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"]
     if cfg.get("SPLIT_K") == "off":
