@@ -169,6 +169,9 @@ class Orchestrator:
                 # a baseline on another device (a run resumed elsewhere) times the best so far there:
                 # the earlier best's time is another card's and no longer what a candidate must beat
                 moved = st.device is not None and bool(exp.device) and exp.device != st.device
+                # (also where this start is not the best: a store whose earlier rows carry no
+                # device learns this card here, so a later start on another card counts as moved)
+                st.device = exp.device or st.device
                 st.baseline_us = exp.latency_us
                 st.start_shapes = shapes_of(exp)
                 st.library = bool(exp.speedup_vs_eager) and any(r.get("eager_us") for r in st.start_shapes)
