@@ -135,7 +135,7 @@ class ThenTheSame(Scripted):
 def test_the_loop_keeps_a_near_miss_only_when_its_pair_finds_it_faster(home, monkeypatch):
     """With the keep rule's floor raised to 50% (the CPU's timings of one kernel move by several
     percent, and the interpreter adds 5-25 ms to each call of the tiny kernel), a candidate sleeping
-    100 ms instead of 400 is an ordinary keep, one sleeping 65 instead of 100 (20-48% faster) is a
+    100 ms instead of 400 is an ordinary keep, one sleeping 65 instead of 100 (14-44% faster) is a
     near miss that its pair keeps, and the same program under another key is a near miss only by
     chance and then its pair says no. Rows say which; the branch holds the keeps. (The sleeps were
     80, 20 and 12 ms: on a busy 2-core CI machine the interpreter's share then swamped the 8 ms
