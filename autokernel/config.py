@@ -27,8 +27,8 @@ class Paths:
 
     @property
     def studies(self) -> Path:
-        """The search's Optuna studies (SQLite), one per kernel, dtype and declared space."""
-        return self.home / "studies.db"
+        """The search's Optuna studies (a journal file), one per kernel, dtype and declared space."""
+        return self.home / "studies.journal"
 
     @property
     def workspace(self) -> Path:

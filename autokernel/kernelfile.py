@@ -19,6 +19,8 @@ Only this file changes between experiments; inputs, reference and bench live els
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import hashlib
 import importlib.util
 import itertools
@@ -65,22 +67,30 @@ def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _module_facts(source: str) -> tuple[dict[str, Any], bool]:
+    """(the module-level literal assignments, whether it defines ENTRY); raises SyntaxError. Cached:
+    the search parses the same best's source at every proposal (~25 ms each on a 2-core CPU)."""
+    tree = pyast.parse(source)
+    return _literal_assignments(tree), any(isinstance(n, ast.FunctionDef) and n.name == ENTRY for n in tree.body)
+
+
 def parse_source(source: str, path: Path | None = None) -> KernelFile:
     """Static checks that need no import: size, syntax, required names, tunables are literals."""
     where = str(path) if path else "kernel source"
     if len(source.encode()) > MAX_SOURCE_BYTES:
         raise KernelFileError(f"{where} is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES} limit")
     try:
-        tree = pyast.parse(source, filename=where)
+        consts, has_entry = _module_facts(source)
     except SyntaxError as exc:
         raise KernelFileError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
-    consts = _literal_assignments(tree)
+    consts = copy.deepcopy(consts)  # the cached facts stay as parsed whatever a caller does with its copy
     for name in ("KERNEL_TYPE", "BACKEND"):
         if not isinstance(consts.get(name), str):
             raise KernelFileError(f"{where}: missing {name} = \"...\" at module level")
     if consts["BACKEND"] not in ("triton", "cuda"):
         raise KernelFileError(f"{where}: BACKEND must be 'triton' or 'cuda', not {consts['BACKEND']!r}")
-    if not any(isinstance(n, ast.FunctionDef) and n.name == ENTRY for n in tree.body):
+    if not has_entry:
         raise KernelFileError(f"{where}: no {ENTRY}() function at module level")
     space = consts.get("SEARCH_SPACE", {})
     if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
@@ -181,13 +191,19 @@ def _rewrite_multiline(source: str, name: str, value: Any) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _multiline_names(source: str) -> frozenset[str]:
+    """Names whose module-level assignment spans several lines (the regex in with_config would take
+    only the first line). Cached: the search rewrites the same best's source at every proposal."""
+    return frozenset(n.targets[0].id for n in pyast.parse(source).body
+                     if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                     and n.end_lineno > n.lineno)
+
+
 def with_config(source: str, config: dict[str, Any]) -> str:
     """Rewrite the tunables' assignment lines; everything else in the file stays byte for byte."""
     out = source
-    # the regex below would take only the first line of an assignment that spans several
-    multiline = {n.targets[0].id for n in pyast.parse(source).body
-                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                 and n.end_lineno > n.lineno}
+    multiline = _multiline_names(source)
     for name, value in config.items():
         new = _rewrite_multiline(out, name, value) if name in multiline else None
         if new is None:

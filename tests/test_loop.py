@@ -263,13 +263,15 @@ def test_ctrl_c_then_kill_9_then_resume(home):
     assert rows[-1].number == killed.number + 1  # numbering continued after the abandoned row
     assert store.get_run(run_id).status == "finished"
     assert len({e.commit for e in rows if e.commit}) == len([e for e in rows if e.commit])
-    # the search's study lived through the interruptions (one SQLite file under the home): every
+    # the search's study lived through the interruptions (one journal file under the home): every
     # proposal a trial, the killed one settled, and no candidate judged twice
     import optuna
 
+    from autokernel.proposers.study import journal_storage
+
     judged = [e for e in rows if e.status != "abandoned"]
     assert len({e.candidate_key for e in judged}) == len(judged)
-    storage = f"sqlite:///{home.studies}"
+    storage = journal_storage(home.studies)
     (name,) = optuna.study.get_all_study_names(storage)
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert len(trials) >= len([e for e in rows if e.proposer == "search"])
