@@ -5,9 +5,8 @@ One experiment, in the order that makes every interruption recoverable:
 2. the store row is inserted as "running" (its number is allocated there, atomically);
 3. a worktree from the kernel's branch head; the candidate committed and pinned under
    refs/autokernel/experiments/<tag>; the commit written into the row;
-4. the bench judges it: a candidate judged before (same key) is skipped; the others are screened at
-   the kernel's heaviest model shape and only one within the margin of the best goes on to the five
-   stages and the full timing, the library's timings reused from the run's start (screening.py);
+4. the bench judges it: a candidate judged before (same key) is skipped; the others are screened at the
+   heaviest model shape, and one within the best's margin gets the five stages and the full timing (screening.py);
 5. the verdict is written into the row *before* git is touched: kept -> fast-forward the branch,
    anything else -> drop the worktree (the commit stays reachable by its ref).
 A kill -9 anywhere leaves at most one "running" row: `--resume` marks it abandoned, removes stale
@@ -48,11 +47,9 @@ class Loop:
     """The experiments of one run: baselines(), then run_budget() until the budget, the experiment
     limit or the kernels run out (reconcile() first on a resumed run).
 
-    What a subclass may change (kb.runner's loop on one problem, loop_pool.PooledLoop):
-    - spec(k): what the proposer is told the kernel must compute;
-    - experiment_limit() and count(): when the experiments stop;
-    - extra_state(): what the live view's state events carry besides the scheduler's snapshot;
-    - BUDGET_SPENT / NOTHING_LEFT: how run_budget words why it stopped.
+    What a subclass may change (kb.runner's loop on one problem, loop_pool.PooledLoop): spec(k), what the
+    proposer is told the kernel must compute; experiment_limit() and count(), when the experiments stop;
+    extra_state(), what the live view's state events carry; BUDGET_SPENT / NOTHING_LEFT, run_budget's words.
     The steps a subclass that judges otherwise (a pool) builds on, each keeping the store's rows
     and the branches consistent: baseline_row / baseline_verdict (a kernel's starting point),
     propose, new_candidate, start_experiment (a candidate's running row and tag), screened and
@@ -81,9 +78,8 @@ class Loop:
         self.best_result: dict[int, Any] = {}  # the bench result of each kernel's best version, this session
         self.failures: dict[int, int] = {}
         self.ceilings: Optional[dict] = None  # this device's measured ceilings (GPU), for the proposer
-        self.device = ""
+        self.device, self.llm_budget_spent = "", False
         self.timing_device: Optional[str] = None  # the name the judge's results carry (baselines_due)
-        self.llm_budget_spent = False
         self._changes: dict[str, Optional[str]] = {}  # commit -> what it changed (git show is not free)
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -114,6 +110,10 @@ class Loop:
         return KernelContext(name=k.name, kernel_type=k.kernel_type, backend=k.backend, dtype=k.dtype,
                              shapes=shapes, weights=weights, kernel_id=k.id, run_id=self.run.id,
                              share=float(k.share or 0.0))
+
+    def key_of(self, k, source: str) -> Optional[str]:
+        """The candidate's key, computed with the kernel's shapes as the search is told them."""
+        return screening.key_of(source, k.dtype, self.context(k).shapes)
 
     def brief(self, k, source: str, history: list) -> KernelContext:
         """What the proposer is told besides the file: the context, the device's ceilings, the best
@@ -223,7 +223,7 @@ class Loop:
                                         backend=k.backend, commit=self.ws.head(k.name), proposer="baseline",
                                         description=what, status="running",
                                         config_json=json.dumps(parse_source(source).config, sort_keys=True),
-                                        candidate_key=screening.key_of(source, k.dtype), judge_id=judge_id)
+                                        candidate_key=self.key_of(k, source), judge_id=judge_id)
         self.store.update_experiment(exp.id, tag=f"{k.kernel_type}-r{self.run.id}-e{exp.number}")
         return exp, source
 
@@ -419,7 +419,7 @@ class Loop:
     def new_candidate(self, k, proposal, seen: set) -> tuple[bool, Optional[str]]:
         """(whether the proposal is new, its key): one judged before (its key in `seen`) is
         skipped and said; a new one's key joins `seen`."""
-        key = screening.key_of(proposal.source, k.dtype)
+        key = self.key_of(k, proposal.source)
         if key is not None and key in seen:
             self.duplicates += 1
             self.emit(LoopEvent("duplicate", f"{k.name}: {proposal.description}: judged before, skipped",

@@ -53,13 +53,16 @@ def default_margin(on_gpu: bool) -> float:
     return GPU_MARGIN if on_gpu else MARGIN
 
 
-def key_of(source: str, dtype: str) -> Optional[str]:
-    """The candidate's key, or None for a file that does not parse (the bench will say why)."""
+def key_of(source: str, dtype: str, shapes: Optional[list] = None) -> Optional[str]:
+    """The candidate's key, or None for a file that does not parse (the bench will say why).
+    `shapes`: the kernel's model shapes, as the search is told them, so both leave out the same
+    tunables. Without them, matmul's persistent switches (read at LLaMA-7B's shapes, per its
+    table) were left out of the key, and each ring move of one was "judged before" (H100, run 10)."""
     try:
         kf = parse_source(source)
     except Exception:
         return None
-    return candidate_key(source, effective(kf.config, effective_names(source, kf.config, dtype)))
+    return candidate_key(source, effective(kf.config, effective_names(source, kf.config, dtype, shapes or None)))
 
 
 def judged_keys(history: list) -> set[str]:

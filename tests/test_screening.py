@@ -235,3 +235,46 @@ def test_a_candidate_that_runs_the_best_program_is_not_judged_again(home, monkey
     other = by[1024 * 1000 + 512]
     assert other.stage_shapes == "pass" and other.status in ("kept", "reverted"), (other.status, other.error)
     assert summary.kernels[0]["screened_out"] == 1 and summary.kernels[0]["same_program"] == 1
+
+
+def test_the_loop_keys_candidates_with_the_shapes_the_search_is_told():
+    """The search, told the model's shapes, moves matmul's persistent switches (its per-shape table
+    runs LLaMA-7B's heavy shapes persistent); the loop's key must count them too. Keyed without the
+    shapes, every such move had the start's key and was skipped as "judged before" (H100, run 10:
+    matmul set aside as exhausted after 4 experiments)."""
+    from types import SimpleNamespace
+
+    from autokernel.kernels import starter_path
+    from autokernel.loop_experiments import Loop
+    from autokernel.proposers.base import KernelContext
+    from autokernel.proposers.search import SearchProposer
+
+    source = starter_path("matmul", "triton").read_text()
+    llama = [{"M": 2048, "N": 4096, "K": 4096}, {"M": 64, "N": 2048, "K": 1}, {"M": 2048, "N": 32000, "K": 4096}]
+    k = SimpleNamespace(name="llama-7b.matmul", kernel_type="matmul", backend="triton", dtype="bfloat16", id=1,
+                        share=0.2, shapes_json=json.dumps({"shapes": llama, "weights": [128, 1, 1]}))
+    loop = SimpleNamespace(run=SimpleNamespace(id=1))
+    loop.context = lambda kernel: Loop.context(loop, kernel)
+    ctx = Loop.context(loop, k)
+    assert ctx.shapes == llama
+    proposer = SearchProposer(seed=0)
+    start = parse_source(source).config
+    history = [SimpleNamespace(status="baseline", config_json=json.dumps(start), run_id=1, latency_us=100.0,
+                               details_json=None, screen_us=None, device="gpu", error=None)]
+    seen = {Loop.key_of(loop, k, source)}
+    moved = set()
+    for _ in range(12):
+        prop = proposer.propose(source, None, history, kernel=KernelContext(
+            name=k.name, kernel_type="matmul", backend="triton", dtype="bfloat16", shapes=llama, run_id=1))
+        key = Loop.key_of(loop, k, prop.source)
+        assert key not in seen, prop.description  # new to the search is new to the loop
+        seen.add(key)
+        moved |= {n for n in start if prop.config.get(n) != start[n]}
+        history.append(SimpleNamespace(status="reverted", config_json=json.dumps(prop.config), run_id=1,
+                                       latency_us=110.0, details_json=None, screen_us=None, device="gpu", error=None))
+    switches = {"EPILOGUE_SUBTILE", "PERSISTENT_LOOP", "TMA_DESC"}
+    assert switches & moved
+    # what the loop did before: keyed without the shapes, a persistent switch's move is the start
+    flipped = with_config(source, {"PERSISTENT_LOOP": "plain" if start["PERSISTENT_LOOP"] != "plain" else "flatten"})
+    assert key_of(flipped, "bfloat16") == key_of(source, "bfloat16")
+    assert key_of(flipped, "bfloat16", llama) != key_of(source, "bfloat16", llama)

@@ -210,7 +210,7 @@ def test_a_ring_trial_left_waiting_by_a_killed_process_is_asked_past(tmp_path):
     in the studies file; the next process's ring trial is recorded with its own parameters."""
     from autokernel.proposers import study as studies
 
-    path = tmp_path / "studies.db"
+    path = tmp_path / "studies.journal"
     first = SearchProposer(seed=0, study_path=path).propose(SOURCE, None, [_baseline()])
     names = list(parse_source(SOURCE).config)
     name = studies.study_name("softmax", "bfloat16", SPACE, names)  # the proposer's study for SOURCE
@@ -342,7 +342,7 @@ def test_constants_that_call_or_import_stay_out_of_the_sandbox():
 
 def test_the_study_resumes_after_kill_9(home):
     """A process searching a kernel is killed with SIGKILL mid-run; the next one continues the
-    same study from the SQLite file under the home: every trial kept, the killed one's running
+    same study from the journal file under the home: every trial kept, the killed one's running
     trial settled, numbering continued, and no configuration judged twice across both."""
     import os
     import signal
@@ -374,7 +374,9 @@ def test_the_study_resumes_after_kill_9(home):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    storage = f"sqlite:///{home.studies}"
+    from autokernel.proposers import study as studies
+
+    storage = studies.journal_storage(home.studies)
     (name,) = optuna.study.get_all_study_names(storage)
     before = {t.number: t.params for t in optuna.load_study(study_name=name, storage=storage).trials}
     judged_before = [e for e in store.list_experiments(run_id=run.id) if e.status == "reverted"]
@@ -382,7 +384,7 @@ def test_the_study_resumes_after_kill_9(home):
 
     done = subprocess.run(cmd + ["14"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    study = optuna.load_study(study_name=name, storage=storage)
+    study = optuna.load_study(study_name=name, storage=studies.journal_storage(home.studies))
     after = {t.number: t for t in study.trials}
     assert all(after[n].params == p for n, p in before.items())  # nothing lost, same numbers
     assert len(after) > len(before)
@@ -394,13 +396,66 @@ def test_the_study_resumes_after_kill_9(home):
     assert set(keys[:-1]) <= complete  # every verdict but the last one is known to the study
 
 
+def test_a_damaged_journal_is_cut_or_set_aside_and_the_search_goes_on(tmp_path):
+    """The journal is a cache of the store's verdicts: a torn last line (a crash inside a write) is
+    cut off and the trials before it stay; a file Optuna cannot read is kept aside as .damaged and
+    the study is rebuilt from the store's rows, with no configuration proposed twice."""
+    from autokernel.proposers import study as studies
+
+    path = tmp_path / "studies.journal"
+    history = [_baseline()]
+    for _ in range(5):
+        prop = SearchProposer(seed=0, study_path=path).propose(SOURCE, None, history)
+        history.append(_row(prop.config, latency=90.0 + len(history)))
+    names = list(parse_source(SOURCE).config)
+    name = studies.study_name("softmax", "bfloat16", SPACE, names)
+
+    def trials():
+        return studies.open_study(name, path, 0, 8).get_trials()
+
+    before = {t.number: t.params for t in trials()}
+    assert len(before) >= 5
+    with open(path, "ab") as f:
+        f.write(b'{"op_code":5,"worker_id":"x","trial_id":')  # torn: no end of line
+    prop = SearchProposer(seed=0, study_path=path).propose(SOURCE, None, history)
+    assert {n: p for n, p in ((t.number, t.params) for t in trials()) if n in before} == before
+    assert path.read_bytes().endswith(b"\n") and not (tmp_path / "studies.journal.damaged").exists()
+    history.append(_row(prop.config, latency=97.0))
+
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3]) + b"not json\n" + b"".join(lines[3:]))
+    prop = SearchProposer(seed=0, study_path=path).propose(SOURCE, None, history)
+    assert (tmp_path / "studies.journal.damaged").read_bytes().count(b"not json") == 1
+    rebuilt = [t for t in trials() if t.user_attrs.get("source") == "store"]
+    assert len(rebuilt) == len(history)  # the start and every judged row, from the store
+    judged = {config_key(json.loads(r.config_json)) for r in history}
+    assert config_key(prop.config) not in judged
+
+
+def test_the_files_declared_functions_get_a_namespace_each_and_parsed_files_a_copy_each():
+    """Both are cached by source (the search asks them of the same best at every proposal): what a
+    caller or a function does to its copy must not reach the next caller."""
+    from autokernel.declared import declared_function
+
+    counting = SOURCE.replace('def valid_config(cfg):\n    return cfg["BLOCK"] // cfg["NUM_WARPS"] >= 16',
+                              'SEEN = []\n\n\ndef valid_config(cfg):\n    SEEN.append(1)\n    return len(SEEN)')
+    assert [declared_function(counting, "valid_config")({}) for _ in range(3)] == [1, 1, 1]
+    fn = declared_function(counting, "valid_config")
+    assert [fn({}) for _ in range(3)] == [1, 2, 3]  # one function keeps its own globals
+    kf = parse_source(SOURCE)
+    kf.config["BLOCK"] = 1
+    kf.search_space["BLOCK"].append(1024)
+    again = parse_source(SOURCE)
+    assert again.config["BLOCK"] == 128 and again.search_space["BLOCK"] == [32, 64, 128, 256, 512]
+
+
 def test_a_missing_optuna_is_one_clear_error_before_any_work(monkeypatch, tmp_path):
     # sys.modules[name] = None makes `import optuna` fail as it does on a machine without it
     monkeypatch.setitem(__import__("sys").modules, "optuna", None)
     from autokernel.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        SearchProposer(study_path=tmp_path / "studies.db")
+        SearchProposer(study_path=tmp_path / "studies.journal")
     line = info.value.one_line()
     assert "needs Optuna" in line and "wheels.sh optuna" in line and "\n" not in line
 
@@ -465,3 +520,37 @@ def test_a_study_that_repeats_itself_falls_back_to_the_incumbents_neighbourhood(
         assert how != "near" or key in near_keys, got
         left.discard(key)
     assert any(how == "near" for how, _key in got), got
+
+
+def test_a_configuration_is_what_its_own_values_make_the_kernel_read():
+    """fused_mlp reads GU_ORDER only where GU_VARIANT is "persistent": once the pointer variant was
+    judged, the pointer variant with another GU_ORDER is the same candidate to the search, as it is
+    to the loop's key (an H100 run set fused_mlp aside after three such "judged before" proposals),
+    and every proposal is new to the loop."""
+    from autokernel.declared import effective_fn
+    from autokernel.kernels import starter_path
+    from autokernel.proposers.base import KernelContext
+    from autokernel.proposers.search import tried_configs
+    from autokernel.screening import key_of
+
+    source = starter_path("fused_mlp", "triton").read_text()
+    start = parse_source(source).config
+    shapes = [{"tokens": 2048, "hidden": 4096, "ffn": 11008}]
+    part = effective_fn(source, "bfloat16", shapes)
+    assert "GU_ORDER" in part(start) and "GU_ORDER" not in part(dict(start, GU_VARIANT="pointer"))
+    pointer = dict(start, GU_VARIANT="pointer")
+    history = [_row(start, status="baseline"), _row(pointer)]
+    tried = tried_configs(history, part, start)
+    for order in ("together", "sequential", "split"):
+        assert config_key(part(dict(pointer, GU_ORDER=order))) in tried
+    assert config_key(part(dict(start, GU_ORDER="split"))) not in tried  # read where persistent
+    seen = {key_of(with_config(source, {**start, **json.loads(r.config_json)}), "bfloat16", shapes) for r in history}
+    proposer = SearchProposer(seed=3)
+    for _ in range(16):
+        prop = proposer.propose(source, None, history, kernel=KernelContext(
+            name="llama-7b.fused_mlp", kernel_type="fused_mlp", backend="triton", dtype="bfloat16", shapes=shapes,
+            run_id=1))
+        key = key_of(prop.source, "bfloat16", shapes)
+        assert key not in seen, prop.description
+        seen.add(key)
+        history.append(_row(prop.config, latency=120.0))

@@ -35,9 +35,9 @@ import itertools
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from autokernel.declared import effective, effective_names, fits_device, valid_config_fn
+from autokernel.declared import effective_fn, effective_names, fits_device, valid_config_fn
 from autokernel.errors import KernelFileError
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.orchestrator import config_key
@@ -54,7 +54,7 @@ MAX_ASKS = 4
 LOCAL = 8  # the incumbent's ring members tried before the study samples freely (0: none)
 
 
-def tried_configs(history: Sequence[Any], names: Optional[Sequence[str]] = None,
+def tried_configs(history: Sequence[Any], part: Optional[Callable[[dict], dict]] = None,
                   start: Optional[dict] = None, run_id: Optional[int] = None) -> set[str]:
     """Keys of the (effective) configurations the history judged, or that run `run_id` is judging
     now (its running rows: a pool's candidates in flight); abandoned twice counts."""
@@ -62,7 +62,7 @@ def tried_configs(history: Sequence[Any], names: Optional[Sequence[str]] = None,
     tried = set()
     for exp in history:
         cfg = {**(start or {}), **history_config(exp)}
-        key = config_key({n: cfg.get(n) for n in names} if names is not None else cfg)
+        key = config_key(part(cfg) if part is not None else cfg)
         if exp.status == "abandoned":
             abandoned[key] += 1
             if abandoned[key] >= 2:
@@ -72,9 +72,9 @@ def tried_configs(history: Sequence[Any], names: Optional[Sequence[str]] = None,
     return tried
 
 
-def in_flight(history: Sequence[Any], names: Sequence[str], start: dict, run_id: Optional[int]) -> set[str]:
+def in_flight(history: Sequence[Any], part: Callable[[dict], dict], start: dict, run_id: Optional[int]) -> set[str]:
     """Keys of the configurations run `run_id` is judging now (its running rows)."""
-    return {config_key({n: {**start, **history_config(e)}.get(n) for n in names}) for e in history
+    return {config_key(part({**start, **history_config(e)})) for e in history
             if e.status == "running" and run_id is not None and e.run_id == run_id}
 
 
@@ -104,28 +104,31 @@ class SearchProposer:
         dtype = kernel.dtype if kernel is not None else "bfloat16"
         label = kernel.name if kernel is not None else kf.kernel_type
         run_id = kernel.run_id if kernel is not None else None
-        names = effective_names(source, kf.config, dtype, getattr(kernel, "shapes", None) or None)
+        shapes = getattr(kernel, "shapes", None) or None
+        names = effective_names(source, kf.config, dtype, shapes)  # the study's parameters
+        part = effective_fn(source, dtype, shapes)  # what a configuration is, as the loop keys it
         valid = valid_config_fn(source) or (lambda cfg: True)
-        tried = tried_configs(history, names, kf.config, run_id) | {config_key(effective(kf.config, names))}
+        tried = tried_configs(history, part, kf.config, run_id) | {config_key(part(kf.config))}
         seed = self.seed * 1_000_003 + int.from_bytes(hashlib.sha256(label.encode()).digest()[:4], "big")
         name = studies.study_name(label, dtype, space, names)
         if name not in self._studies:
             self._studies[name] = studies.open_study(name, self.study_path, seed, self.startup)
         study = self._studies[name]
-        studies.sync(study, history, space, names, kf.config, in_flight(history, names, kf.config, run_id))
+        studies.sync(study, history, space, names, kf.config, in_flight(history, part, kf.config, run_id),
+                     key_of=lambda cfg: config_key(part(cfg)))
         n = max(1, kernel.batch if kernel is not None else 1)
         if kernel is not None and kernel.max_candidates:
             n = min(n, kernel.max_candidates)
         ring = self._ring_members(ring_of(kf.config, space, names, kf.structural, seed) if self.local > 0 else [],
-                                  names, valid, dtype)
+                                  part, valid, dtype)
         out: list[Proposal] = []
         for _ in range(n):
             try:
                 point = self._ring_point(ring, tried)
                 if point is not None:
-                    out.append(self._enqueued(study, source, kf, space, names, tried, point))
+                    out.append(self._enqueued(study, source, kf, space, names, part, tried, point))
                     continue
-                out.append(self._ask(study, source, kf, space, names, tried, valid, dtype, label, seed))
+                out.append(self._ask(study, source, kf, space, names, part, tried, valid, dtype, label, seed))
             except SearchExhausted:
                 if not out:
                     raise
@@ -133,11 +136,10 @@ class SearchProposer:
         return out[0] if n == 1 else out
 
     @staticmethod
-    def _ring_members(ring, names, valid, dtype) -> list[tuple[dict, str]]:
+    def _ring_members(ring, part, valid, dtype) -> list[tuple[dict, str]]:
         """(configuration, key) of the ring members the file and the device accept (the others are
         never compiled and do not count), checked once per proposal, not once per candidate."""
-        return [(cfg, config_key(effective(cfg, names))) for cfg in ring
-                if valid(cfg) and fits_device(effective(cfg, names), dtype) is None]
+        return [(cfg, config_key(part(cfg))) for cfg in ring if valid(cfg) and fits_device(part(cfg), dtype) is None]
 
     def _ring_point(self, members, tried) -> Optional[dict]:
         """The next untried member of the incumbent's ring while fewer than `local` of it were
@@ -146,7 +148,7 @@ class SearchProposer:
             return None
         return next((cfg for cfg, key in members if key not in tried), None)
 
-    def _enqueued(self, study, source, kf, space, names, tried, cfg) -> Proposal:
+    def _enqueued(self, study, source, kf, space, names, part, tried, cfg) -> Proposal:
         """A ring member as the study's next trial (enqueued, so TPE learns its verdict). A trial a
         killed process enqueued and never asked comes out first: it is failed and asked past."""
         params = studies.encode(space, cfg, names)
@@ -155,20 +157,20 @@ class SearchProposer:
         while trial.params != params:
             study.tell(trial, state=studies.optuna_module().trial.TrialState.FAIL)
             trial = study.ask(studies.distributions(space, names))
-        key = config_key(effective(cfg, names))
+        key = config_key(part(cfg))
         trial.set_user_attr("key", key)
         tried.add(key)
         self.last_trial = trial.number
         return Proposal(source=with_config(source, cfg), description=self._describe(trial.number, kf, cfg, "ring"),
                         config=cfg)
 
-    def _ask(self, study, source, kf, space, names, tried, valid, dtype, label, seed) -> Proposal:
+    def _ask(self, study, source, kf, space, names, part, tried, valid, dtype, label, seed) -> Proposal:
         """One untried, valid configuration from the study (its key joins `tried`)."""
         dists = studies.distributions(space, names)
         optuna = studies.optuna_module()
 
         def accept(cfg: dict) -> bool:  # an untried configuration the file and the device accept
-            eff = effective(cfg, names)
+            eff = part(cfg)
             return config_key(eff) not in tried and valid(cfg) and fits_device(eff, dtype) is None
 
         for attempt in range(MAX_ASKS + 1):
@@ -183,9 +185,10 @@ class SearchProposer:
                 study.enqueue_trial(studies.encode(space, point, names), skip_if_exists=False)
             trial = study.ask(dists)
             cfg = {**kf.config, **studies.decode(space, trial.params)}
-            key = config_key(effective(cfg, names))
+            eff = part(cfg)
+            key = config_key(eff)
             why = None if valid(cfg) else "its valid_config rejects it"
-            why = why or fits_device(effective(cfg, names), dtype)
+            why = why or fits_device(eff, dtype)
             if why is not None:
                 self.rejected[label] += 1
                 trial.set_user_attr("key", key)
