@@ -523,34 +523,35 @@ def test_a_study_that_repeats_itself_falls_back_to_the_incumbents_neighbourhood(
 
 
 def test_a_configuration_is_what_its_own_values_make_the_kernel_read():
-    """fused_mlp reads GU_ORDER only where GU_VARIANT is "persistent": once the pointer variant was
-    judged, the pointer variant with another GU_ORDER is the same candidate to the search, as it is
-    to the loop's key (an H100 run set fused_mlp aside after three such "judged before" proposals),
-    and every proposal is new to the loop."""
+    """A file whose effective_config depends on the values (fused_mlp reads GU_ORDER only where
+    GU_VARIANT is "persistent"): two configurations that differ only in what their own values leave
+    unread are one candidate to the search, as they are to the loop's key. An H100 run set fused_mlp
+    aside after three proposals the loop had judged before: the search took its tunables from the
+    persistent incumbent. Here the search proposes each distinct candidate once, then is exhausted."""
     from autokernel.declared import effective_fn
     from autokernel.kernels import starter_path
-    from autokernel.proposers.base import KernelContext
-    from autokernel.proposers.search import tried_configs
     from autokernel.screening import key_of
 
-    source = starter_path("fused_mlp", "triton").read_text()
-    start = parse_source(source).config
-    shapes = [{"tokens": 2048, "hidden": 4096, "ffn": 11008}]
-    part = effective_fn(source, "bfloat16", shapes)
+    fused = starter_path("fused_mlp", "triton").read_text()
+    part = effective_fn(fused, "bfloat16", [{"tokens": 2048, "hidden": 4096, "ffn": 11008}])
+    start = parse_source(fused).config
     assert "GU_ORDER" in part(start) and "GU_ORDER" not in part(dict(start, GU_VARIANT="pointer"))
-    pointer = dict(start, GU_VARIANT="pointer")
-    history = [_row(start, status="baseline"), _row(pointer)]
-    tried = tried_configs(history, part, start)
-    for order in ("together", "sequential", "split"):
-        assert config_key(part(dict(pointer, GU_ORDER=order))) in tried
-    assert config_key(part(dict(start, GU_ORDER="split"))) not in tried  # read where persistent
-    seen = {key_of(with_config(source, {**start, **json.loads(r.config_json)}), "bfloat16", shapes) for r in history}
-    proposer = SearchProposer(seed=3)
-    for _ in range(16):
-        prop = proposer.propose(source, None, history, kernel=KernelContext(
-            name="llama-7b.fused_mlp", kernel_type="fused_mlp", backend="triton", dtype="bfloat16", shapes=shapes,
-            run_id=1))
-        key = key_of(prop.source, "bfloat16", shapes)
-        assert key not in seen, prop.description
-        seen.add(key)
-        history.append(_row(prop.config, latency=120.0))
+
+    source = SOURCE.replace('VARIANT = "a"\n', 'VARIANT = "a"\nORDER = "x"\n').replace(
+        '"VARIANT": ["a", "b", "c"]}', '"VARIANT": ["a", "b"], "ORDER": ["x", "y", "z"]}').replace(
+        "def kernel_fn(x):", "def effective_config(cfg, dtype):\n    return {k: v for k, v in cfg.items() if "
+        "k != \"ORDER\" or cfg[\"VARIANT\"] == \"a\"}\n\n\ndef kernel_fn(x):")
+    kf = parse_source(source)
+    history = [_row(kf.config, status="baseline")]
+    keys = {key_of(source, "bfloat16")}
+    proposer = SearchProposer(seed=0)
+    with pytest.raises(SearchExhausted):
+        for _ in range(200):
+            prop = proposer.propose(source, None, history)
+            key = key_of(prop.source, "bfloat16")
+            assert key not in keys, prop.description
+            keys.add(key)
+            history.append(_row(prop.config, latency=120.0))
+    # valid (BLOCK // NUM_WARPS >= 16): 2+3+4+4+4 = 17 (BLOCK, NUM_WARPS) pairs; VARIANT "a" x 3 ORDERs,
+    # "b" x 1: 4 candidates each
+    assert len(keys) == 17 * 4
