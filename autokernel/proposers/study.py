@@ -98,9 +98,9 @@ def open_study(name: str, path: Optional[Path], seed: int, startup: int):
     """The study `name` in the journal file `path` (in memory without one), created when new.
 
     A journal (Optuna's JournalStorage: one JSON line appended per change, under a file lock), not
-    SQLite: the RDB storage committed every suggested parameter through SQLAlchemy, which made up
-    about half of a proposal's time (0.3-0.5 s each at 100-500 trials on a 2-core CPU, as long as a
-    GPU screen of the candidate)."""
+    SQLite: the RDB storage committed every suggested parameter through SQLAlchemy, over 40% of a
+    proposal's time (a proposal took 0.26-0.68 s over 500 trials on a 2-core CPU, as long as a GPU
+    screen of the candidate: benchmarks/propose_cost.py)."""
     optuna = optuna_module()
     storage = None
     if path is not None:
