@@ -108,8 +108,12 @@ def test_a_pair_on_the_cpu_tells_a_faster_kernel_from_the_same_one():
         # (the interpreter's run of the kernel adds 5-25 ms to each call on this machine)
         assert v.faster and 0.3 < v.ratio < 0.8, v
         assert all(t > 20_000 for t in v.best_us + v.candidate_us)  # the sleep is in what was timed
-        # the same program under another key (a comment): no gain, whatever the rounds' drift
-        v = paired.compare(once, slow, slow + "\n# the same kernel\n", rounds=5)
+        # the same program under another key (a comment): no gain beyond the machine's drift. On CI's
+        # loaded 2-core machine one run timed the two 3.3% apart in all five rounds (ratio 0.967, bound
+        # 0.997): CPU wall clock under load, which the alternating order did not cancel, so the gain
+        # asked of a "faster" here is 5%, not the loop's 0.3% (on a GPU the same program never reaches
+        # a pair: the screen's program digests stop it)
+        v = paired.compare(once, slow, slow + "\n# the same kernel\n", rounds=5, min_gain=0.05)
         assert not v.faster and 0.8 < v.ratio < 1.25, v
         # a candidate whose sampled outputs are wrong fails its timing: never faster
         wrong = _with(TINY_REDUCE, DELAY_MS=0, VARIANT="off_by_one")
