@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from autokernel import objective
 from autokernel.bench.result import roofline_binds, too_good
-from autokernel.declared import effective, effective_names
+from autokernel.declared import effective_fn
 from autokernel.kernelfile import candidate_key, parse_source, rest_of
 
 MARGIN = 1.2  # a screened candidate goes on when its time is within this factor of the best's
@@ -62,7 +62,7 @@ def key_of(source: str, dtype: str, shapes: Optional[list] = None) -> Optional[s
         kf = parse_source(source)
     except Exception:
         return None
-    return candidate_key(source, effective(kf.config, effective_names(source, kf.config, dtype, shapes or None)))
+    return candidate_key(source, effective_fn(source, dtype, shapes or None)(kf.config))
 
 
 def judged_keys(history: list) -> set[str]:

@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from autokernel.declared import effective_fn, effective_names, fits_device, valid_config_fn
+from autokernel.declared import effective_fn, fits_device, valid_config_fn
 from autokernel.errors import KernelFileError
 from autokernel.kernelfile import parse_source, with_config
 from autokernel.orchestrator import config_key
@@ -105,10 +105,11 @@ class SearchProposer:
         label = kernel.name if kernel is not None else kf.kernel_type
         run_id = kernel.run_id if kernel is not None else None
         shapes = getattr(kernel, "shapes", None) or None
-        names = effective_names(source, kf.config, dtype, shapes)  # the study's parameters
         part = effective_fn(source, dtype, shapes)  # what a configuration is, as the loop keys it
+        start = part(kf.config)
+        names = list(start)  # the study's parameters
         valid = valid_config_fn(source) or (lambda cfg: True)
-        tried = tried_configs(history, part, kf.config, run_id) | {config_key(part(kf.config))}
+        tried = tried_configs(history, part, kf.config, run_id) | {config_key(start)}
         seed = self.seed * 1_000_003 + int.from_bytes(hashlib.sha256(label.encode()).digest()[:4], "big")
         name = studies.study_name(label, dtype, space, names)
         if name not in self._studies:
@@ -139,7 +140,12 @@ class SearchProposer:
     def _ring_members(ring, part, valid, dtype) -> list[tuple[dict, str]]:
         """(configuration, key) of the ring members the file and the device accept (the others are
         never compiled and do not count), checked once per proposal, not once per candidate."""
-        return [(cfg, config_key(part(cfg))) for cfg in ring if valid(cfg) and fits_device(part(cfg), dtype) is None]
+        members = []
+        for cfg in ring:
+            eff = part(cfg)
+            if valid(cfg) and fits_device(eff, dtype) is None:
+                members.append((cfg, config_key(eff)))
+        return members
 
     def _ring_point(self, members, tried) -> Optional[dict]:
         """The next untried member of the incumbent's ring while fewer than `local` of it were
