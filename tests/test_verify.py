@@ -4,6 +4,7 @@ kernels, and the plug-in routes of every kernel type."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -109,6 +110,8 @@ def test_broken_kernels_are_reported_by_name_and_the_rest_verify(env, run_cli):
     data = json.loads(out)
     assert sorted(data["failed"]) == ["llama-tiny.rmsnorm", "llama-tiny.rotary_embedding"]
     assert "left out llama-tiny.rmsnorm" in err and "left out llama-tiny.rotary_embedding" in err
+    # --json keeps stdout for the JSON, and stderr says, with the seconds, where verify's time went
+    assert re.search(r"\[\s*\d+\.\d s\] the reference output", err), err
 
 
 # Each of these is correct alone; together the rotary one makes the norm wrong, so only the

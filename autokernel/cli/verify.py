@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Optional
 
 import typer
@@ -108,11 +109,16 @@ def register(app: typer.Typer) -> None:
         if bad:
             raise ConfigError(f"unknown mode {bad[0]!r}; use {', '.join(MODES)}")
         paths = ctx.obj.ensure()
+        t0 = time.perf_counter()
+
+        def progress(msg: str) -> None:  # on stderr in --json mode too: a log then shows where verify's time went
+            err.print(f"[dim][{time.perf_counter() - t0:7.1f} s] {msg}[/]")
+
         with Store(paths.db) as store:
             result = verify(store, Workspace.open(paths), run_id=run, model=model, kernels=kernel or None,
                             time_iters=iters, min_speedup=0.0 if include_slower else None, workloads=loads,
                             modes=tuple(mode) if mode else None,
-                            progress=None if as_json else (lambda msg: err.print(f"[dim]{msg}[/]")))
+                            progress=progress)
         data = result.to_dict()
         if as_json:
             out.print_json(json.dumps(data, default=str))
