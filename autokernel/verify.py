@@ -199,14 +199,15 @@ def _float32_reference(bundle: ModelBundle, inputs: Any) -> torch.Tensor:
 
 def _time_workloads(bundle: ModelBundle, ops: dict[str, KernelOp], result: "VerifyResult",
                     workloads: list[Workload] | None, modes: tuple[str, ...] | None, iters: int,
-                    compile_backend: str, progress: Callable[[str], None] | None) -> None:
+                    compile_backend: str, progress: Callable[[str], None] | None,
+                    routes_apart: bool = False) -> None:
     on_gpu = bundle.device.type == "cuda"
     if workloads is None:
         # on a CPU one workload (the profile's) proves the path; its times say nothing of a GPU
         workloads = default_workloads(bundle) if on_gpu else default_workloads(bundle)[:1]
     timer = WorkloadTimer(bundle, ops, iters=iters, rounds=3 if on_gpu else 1,
                           modes=modes or (MODES if on_gpu else ("eager",)), compile_backend=compile_backend,
-                          tolerance=result.tolerance, progress=progress)
+                          tolerance=result.tolerance, routes_apart=routes_apart, progress=progress)
     for w in workloads:
         try:
             result.workloads.append(timer.run(w).to_dict())
@@ -255,7 +256,8 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
            with_compile: bool | None = None, record: bool = True,
            bundle: ModelBundle | None = None, min_speedup: float | None = None, only_kept: bool = False,
            workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
-           compile_backend: str = "inductor", progress: Callable[[str], None] | None = None) -> VerifyResult:
+           compile_backend: str = "inductor", progress: Callable[[str], None] | None = None,
+               routes_apart: bool = False) -> VerifyResult:
     """Plug the best kernels into the model, check outputs, time it at its workloads; see module doc.
 
     min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the
@@ -271,7 +273,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
                        device=device, kernels=kernels, only_kept=only_kept)
     result = check_plan(plan, time_iters=time_iters, with_compile=with_compile, bundle=bundle,
                         min_speedup=min_speedup, workloads=workloads, modes=modes, compile_backend=compile_backend,
-                        progress=progress)
+                        routes_apart=routes_apart, progress=progress)
     if record:
         record_verify(store, result)
     return result
@@ -300,7 +302,8 @@ def plan_verify(store: Store, workspace: Any, *, run_id: int | None = None, mode
 def check_plan(plan: VerifyPlan, *, time_iters: int | None = None, with_compile: bool | None = None,
                bundle: ModelBundle | None = None, min_speedup: float | None = None,
                workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
-               compile_backend: str = "inductor", progress: Callable[[str], None] | None = None) -> VerifyResult:
+               compile_backend: str = "inductor", progress: Callable[[str], None] | None = None,
+               routes_apart: bool = False) -> VerifyResult:
     """verify's work without the store: load the model, plug the plan's kernels, compare, time."""
     progress = progress or (lambda message: None)
     model = plan.model
@@ -381,7 +384,7 @@ def check_plan(plan: VerifyPlan, *, time_iters: int | None = None, with_compile:
             modes = MODES if with_compile else ("eager",)
             modes = modes if on_gpu else tuple(m for m in modes if m != "reduce-overhead")
         progress("timing the model at its workloads")
-        _time_workloads(bundle, good, result, workloads, modes, iters, compile_backend, progress)
+        _time_workloads(bundle, good, result, workloads, modes, iters, compile_backend, progress, routes_apart)
         if not on_gpu:
             result.notes.append(f"timed on the CPU ({CPU_LABEL}, median of repeated forward passes; the "
                                 "Triton interpreter when no GPU): the times say nothing about GPU speed")

@@ -66,6 +66,7 @@ class ModeRow:
     routes: list[str] = field(default_factory=list)  # types whose routes are installed (compiled modes)
     tried: list[str] = field(default_factory=list)  # types that were timed in the model
     rejected_ms: float | None = None  # the time with the tried kernels, when they lost
+    routes_only: Timing | None = None  # compiled modes, routes_apart: the routes installed, every kernel declining
     compile_s: float | None = None
     graph_breaks: int | None = None
     recompiles: int | None = None
@@ -179,7 +180,8 @@ class WorkloadTimer:
 
     def __init__(self, bundle, kernels: dict[str, KernelOp], *, iters: int = 20, rounds: int = 3,
                  modes: tuple[str, ...] = MODES, compile_backend: str = "inductor", tolerance: float = 1e-2,
-                 screen: bool | None = None, progress: Callable[[str], None] | None = None):
+                 screen: bool | None = None, routes_apart: bool = False,
+                 progress: Callable[[str], None] | None = None):
         self.bundle, self.kernels = bundle, kernels
         self.iters, self.rounds = iters, rounds
         on_gpu = bundle.device.type == "cuda"
@@ -187,6 +189,10 @@ class WorkloadTimer:
         self.backend = compile_backend
         self.tolerance = tolerance
         self.screen = on_gpu if screen is None else screen
+        # a route changes the model's graph even where no kernel takes a call (the attention route gives a
+        # plain causal prefill SDPA's is_causal path): timing the routes alone splits the compiled gain
+        # into the routes' part and the kernels' part, at one more compile per mode
+        self.routes_apart = routes_apart
         self.progress = progress or (lambda msg: None)
 
     # -- plugging ----------------------------------------------------------------------------------
@@ -317,6 +323,9 @@ class WorkloadTimer:
                 row.graph_breaks = max(row.graph_breaks, info["graph_breaks"])
                 row.recompiles = max(row.recompiles, info["recompiles"])
                 row.note = f"compile with kernels {info['compile_s']:.0f} s"
+                if self.routes_apart and keys:
+                    self.progress(f"  {mode}: routes {', '.join(routes)} alone, every kernel declining")
+                    row.routes_only, _ = self._compiled(run, mode, routes, {})  # no key: every kernel declines
             rows.append(row)
         lost = [r for r in rows if r.with_ is not None and r.with_.ms * MIN_GAIN >= r.without.ms]
         wrong = [r for r in rows if r.rel_error is not None and r.rel_error > self.tolerance]
@@ -329,6 +338,9 @@ class WorkloadTimer:
                 r.note = (f"no kernel used: with {', '.join(routes)} {r.with_.ms:.3f} ms ({why} in "
                           f"{', '.join(x.mode for x in (lost or wrong))})")
                 r.with_, r.kernels, r.routes = r.without, [], []
+        for r in rows:
+            if r.routes_only is not None:
+                r.note += f"; routes alone {r.routes_only.ms:.3f} ms"
         return rows
 
     # -- one workload -----------------------------------------------------------------------------------

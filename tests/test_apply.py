@@ -322,3 +322,36 @@ def test_eager_kernels_must_win_one_call_at_a_time_and_back_to_back():
     assert _beats(Timing(20.0, 0.1, 21.0), without)
     assert not _beats(Timing(21.0, 0.1, 22.3), without)  # inside MIN_GAIN on both
     assert _beats(Timing(1.0, 0.0, None), Timing(2.0, 0.0, None))  # the CPU: no wall time
+
+
+def test_workload_timer_times_the_routes_alone_where_asked(monkeypatch):
+    # the attention route changes a compiled prefill even where no kernel takes a call, so verify
+    # --routes-apart times that variant too: routes installed, every kernel declining
+    import autokernel.plug as plug_mod
+
+    torch._dynamo.reset()
+    b = load_model("llama-tiny", seq=16)
+    ops = {t: register_source(starter_path(t).read_text()) for t in ("rmsnorm", "flash_attention")}
+    timer = WorkloadTimer(b, ops, iters=2, rounds=1, modes=("compile",), compile_backend="aot_eager",
+                          routes_apart=True)
+    variants, compiled, use = [], timer._compiled, plug_mod.Route._compiled_use
+
+    def spy(run, mode, types, keys=None):  # each compiled variant, and what its traced calls chose
+        variants.append([types, []])
+        return compiled(run, mode, types, keys)
+
+    def traced_use(route, args):
+        took = use(route, args)
+        variants[-1][1].append((route.kernel_type, took))
+        return took
+
+    timer._compiled = spy
+    monkeypatch.setattr(plug_mod.Route, "_compiled_use", traced_use)
+    comp = timer.run(Workload("prefill", 1, 16)).to_dict()["rows"][0]
+    both = ["flash_attention", "rmsnorm"]
+    assert [v[0] for v in variants] == [None, both, both]
+    assert {t for t, took in variants[1][1] if took} == set(both)  # with the kernels: both take calls
+    assert variants[2][1] and not any(took for _, took in variants[2][1])  # routes alone: every call declined
+    assert comp["routes_only"]["ms"] > 0 and f"routes alone {comp['routes_only']['ms']:.3f} ms" in comp["note"]
+    assert WorkloadTimer(b, ops).routes_apart is False  # one more compile per mode only where asked
+    torch._dynamo.reset()

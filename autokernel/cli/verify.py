@@ -92,6 +92,9 @@ def register(app: typer.Typer) -> None:
         mode: Optional[list[str]] = typer.Option(
             None, "--mode", help="eager, compile, reduce-overhead (repeatable). Default: all three on a GPU, "
                                  "eager on a CPU."),
+        routes_apart: bool = typer.Option(
+            False, "--routes-apart", help="Also time each compiled mode with the kernels' routes alone (every "
+                                          "kernel declining): splits the gain into the routes' and the kernels'."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Plug the best kernels into the model, compare outputs with the original, time the forward pass."""
@@ -117,7 +120,7 @@ def register(app: typer.Typer) -> None:
         with Store(paths.db) as store:
             result = verify(store, Workspace.open(paths), run_id=run, model=model, kernels=kernel or None,
                             time_iters=iters, min_speedup=0.0 if include_slower else None, workloads=loads,
-                            modes=tuple(mode) if mode else None,
+                            modes=tuple(mode) if mode else None, routes_apart=routes_apart,
                             progress=progress)
         data = result.to_dict()
         if as_json:
