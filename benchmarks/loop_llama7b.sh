@@ -81,8 +81,10 @@ wl=()
 [[ "${VERIFY_WORKLOADS:-prefill:1x2048}" == all ]] || for w in ${VERIFY_WORKLOADS:-prefill:1x2048}; do wl+=(--workload "$w"); done
 # --include-slower (VERIFY_ARGS to change it): the workload timing decides per mode and shape, by
 # measurement, which kernels go in; without it a kernel slower than eager alone never reaches it, and
-# neither does its route (flash_attention's lets a plain causal prefill take SDPA's is_causal path)
-read -r -a vargs <<< "${VERIFY_ARGS---include-slower}"
+# neither does its route (flash_attention's lets a plain causal prefill take SDPA's is_causal path).
+# --routes-apart times each compiled mode with the routes alone as well, so the results say how much of
+# the compiled gain is the route's and how much the kernels' (one more compile per mode, ~30 s each)
+read -r -a vargs <<< "${VERIFY_ARGS---include-slower --routes-apart}"
 ak verify --run "$run_id" "${wl[@]}" "${vargs[@]}" --json | tee "$OUT/verify.json" || true
 ak report --run "$run_id" --format tsv --output "$OUT/results.tsv" || true
 ak report --run "$run_id" --format md --output "$OUT/report.md" --plot "$OUT/progress.png" || true
@@ -126,6 +128,11 @@ else:
                  + (f"; left out: {', '.join(ver['failed'])}" if ver.get("failed") else "")
                  + (f"; correct but not faster than eager, left out: {', '.join(ver['slower'])}"
                     if ver.get("slower") else "") + ".")
+    for w in ver.get("workloads") or []:
+        alone = [f"{r['mode']} {r['routes_only']['ms']:.3f} ms (without {r['without']['ms']:.3f}, with "
+                 f"{r['with_']['ms']:.3f})" for r in w.get("rows") or [] if r.get("routes_only")]
+        if alone:
+            lines.append(f"{w['workload']}, the routes alone (every kernel declining): {'; '.join(alone)}.")
     if ver.get("eager_error") is not None:
         lines.append(f"Outputs vs an fp32 copy of the model: relative error {fmt(ver.get('rel_error'), '.3g')} "
                      f"(eager bf16 itself: {fmt(ver.get('eager_error'), '.3g')}; tolerance "
