@@ -42,10 +42,15 @@ LLaMA-7B (H100 runs 4-6) keeps at 95-98% of that ceiling were 1.4-4.1% each;
 without the floor such a kernel's prior step was 0.4% and its value next to nothing (H100 run 5:
 matmul, at 1.01x the library, got no experiment in 7 minutes).
 
-p's memory: outcomes decay by DECAY per experiment over the last WINDOW, so a kernel that failed
-every time in a long stretch is believed at about 1 / (2 + 1 / (1 - DECAY)). With 0.85 over 10 that
-floor was 14%, and a kernel 130 failures deep (H100 run 5's fused_mlp after its one keep) still
-outbid every kernel near or behind the library for the rest of the run.
+p's memory: outcomes decay by DECAY per experiment over the last WINDOW, so a kernel that stopped
+improving is believed quickly; but decayed outcomes alone have a floor of about
+1 / (2 + 1 / (1 - DECAY)), whatever the depth of the drought. With 0.85 over 10 that floor was 14%,
+and a kernel 130 failures deep (H100 run 5's fused_mlp after its one keep) still outbid every kernel
+near or behind the library for the rest of the run; with 0.93 over 30 it was 7%, and H100 run 11's
+fused_mlp took 297 experiments in a row (none kept, 1 s each as the screen turned them away) while
+matmul and rmsnorm, with keeps in 1 of 27 and 2 of 15, waited. So p is also at most the kernel's
+rate over the whole run, (1 + keeps) / (2 + experiments): a long run's record is not forgotten, and
+gains get rarer as a kernel improves, so the recent rate is an upper bound more often than a lower.
 """
 
 from __future__ import annotations
@@ -153,15 +158,21 @@ def vs_library(times: Sequence[ShapeTime]) -> Optional[float]:
     return sum(t.weight * t.ref_us for t in times) / ours if ours > 0 else None
 
 
-def success_probability(outcomes: Sequence[bool], decay: float = DECAY) -> float:
-    """P(next experiment improves the kernel): Beta(1, 1) updated by the outcomes (oldest first),
-    each weighted decay^age so that a kernel that stopped improving is believed quickly."""
+def success_probability(outcomes: Sequence[bool], decay: float = DECAY, *, keeps: Optional[int] = None,
+                        attempts: Optional[int] = None) -> float:
+    """P(next experiment improves the kernel): Beta(1, 1) updated by the recent outcomes (oldest
+    first), each weighted decay^age so that a kernel that stopped improving is believed quickly; and,
+    given the whole run's `keeps` of `attempts`, never more than their Beta(1, 1) rate (see the
+    module's note on p's memory)."""
     wins = trials = 0.0
     for age, ok in enumerate(reversed(outcomes)):
         w = decay ** age
         trials += w
         wins += w * bool(ok)
-    return (1.0 + wins) / (2.0 + trials)
+    p = (1.0 + wins) / (2.0 + trials)
+    if attempts is not None and attempts >= len(outcomes):
+        p = min(p, (1.0 + (keeps or 0)) / (2.0 + attempts))
+    return p
 
 
 def improvement_step(steps: Sequence[float], headroom: float) -> float:

@@ -235,7 +235,7 @@ class Orchestrator:
         return max(0.0, 1.0 - st.best_pct_peak / 100.0)
 
     def success_rate(self, st: KernelState) -> float:
-        return objective.success_probability(st.recent)
+        return objective.success_probability(st.recent, keeps=st.kept, attempts=st.attempts)
 
     def value(self, st: KernelState) -> objective.Value:
         fallback = statistics.median([d for s in self.states.values() for d in s.durations if d] or [0.0]) or None
