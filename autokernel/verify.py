@@ -257,7 +257,7 @@ def verify(store: Store, workspace: Any, *, run_id: int | None = None, model: st
            bundle: ModelBundle | None = None, min_speedup: float | None = None, only_kept: bool = False,
            workloads: list[Workload] | None = None, modes: tuple[str, ...] | None = None,
            compile_backend: str = "inductor", progress: Callable[[str], None] | None = None,
-               routes_apart: bool = False) -> VerifyResult:
+           routes_apart: bool = False) -> VerifyResult:
     """Plug the best kernels into the model, check outputs, time it at its workloads; see module doc.
 
     min_speedup: a correct kernel with a measured speed-up over eager not above it is left out of the

@@ -67,6 +67,7 @@ class ModeRow:
     tried: list[str] = field(default_factory=list)  # types that were timed in the model
     rejected_ms: float | None = None  # the time with the tried kernels, when they lost
     routes_only: Timing | None = None  # compiled modes, routes_apart: the routes installed, every kernel declining
+    routes_rel_error: float | None = None  # routes_only's output vs the plain model's in the same mode
     compile_s: float | None = None
     graph_breaks: int | None = None
     recompiles: int | None = None
@@ -325,7 +326,10 @@ class WorkloadTimer:
                 row.note = f"compile with kernels {info['compile_s']:.0f} s"
                 if self.routes_apart and keys:
                     self.progress(f"  {mode}: routes {', '.join(routes)} alone, every kernel declining")
-                    row.routes_only, _ = self._compiled(run, mode, routes, {})  # no key: every kernel declines
+                    row.routes_only, info = self._compiled(run, mode, routes, {})  # no key: every kernel declines
+                    # a route changes the traced graph (the attention route drops a causal mask):
+                    # its output is judged like any other, or its time says nothing
+                    row.routes_rel_error = _rel_error(info["out"], base_out)
             rows.append(row)
         lost = [r for r in rows if r.with_ is not None and r.with_.ms * MIN_GAIN >= r.without.ms]
         wrong = [r for r in rows if r.rel_error is not None and r.rel_error > self.tolerance]
@@ -341,6 +345,8 @@ class WorkloadTimer:
         for r in rows:
             if r.routes_only is not None:
                 r.note += f"; routes alone {r.routes_only.ms:.3f} ms"
+                if r.routes_rel_error is not None and r.routes_rel_error > self.tolerance:
+                    r.note += f" (outputs differ: {r.routes_rel_error:.2g} > {self.tolerance:.2g})"
         return rows
 
     # -- one workload -----------------------------------------------------------------------------------

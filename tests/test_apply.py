@@ -353,5 +353,31 @@ def test_workload_timer_times_the_routes_alone_where_asked(monkeypatch):
     assert {t for t, took in variants[1][1] if took} == set(both)  # with the kernels: both take calls
     assert variants[2][1] and not any(took for _, took in variants[2][1])  # routes alone: every call declined
     assert comp["routes_only"]["ms"] > 0 and f"routes alone {comp['routes_only']['ms']:.3f} ms" in comp["note"]
+    # the routes' output is judged too: the same model, so within the tolerance
+    assert comp["routes_rel_error"] is not None and comp["routes_rel_error"] < timer.tolerance
+    assert "outputs differ" not in comp["note"]
+    torch._dynamo.reset()
+
+
+def test_workload_timer_says_where_the_routes_alone_give_another_output():
+    # a route that changed the model's answer would make its time meaningless: the note says so
+    torch._dynamo.reset()
+    b = load_model("llama-tiny", seq=16)
+    ops = {t: register_source(starter_path(t).read_text()) for t in ("rmsnorm", "flash_attention")}
+    timer = WorkloadTimer(b, ops, iters=2, rounds=1, modes=("compile",), compile_backend="aot_eager",
+                          routes_apart=True)
+    compiled = timer._compiled
+
+    def wrong_routes(run, mode, types, keys=None):
+        timing, info = compiled(run, mode, types, keys)
+        if types and keys == {}:  # the routes-alone variant: its output off by 10%
+            info = dict(info, out=info["out"] * 1.1)
+        return timing, info
+
+    timer._compiled = wrong_routes
+    comp = timer.run(Workload("prefill", 1, 16)).to_dict()["rows"][0]
+    assert comp["routes_rel_error"] == pytest.approx(0.1, rel=0.05)
+    assert "routes alone" in comp["note"] and "(outputs differ: 0.1 > 0.01)" in comp["note"]
+    assert comp["rel_error"] < timer.tolerance  # the variant with the kernels is untouched
     assert WorkloadTimer(b, ops).routes_apart is False  # one more compile per mode only where asked
     torch._dynamo.reset()
