@@ -130,7 +130,8 @@ else:
                     if ver.get("slower") else "") + ".")
     for w in ver.get("workloads") or []:
         alone = [f"{r['mode']} {r['routes_only']['ms']:.3f} ms (without {r['without']['ms']:.3f}, with "
-                 f"{r['with_']['ms']:.3f})" for r in w.get("rows") or [] if r.get("routes_only")]
+                 f"{r['with_']['ms']:.3f}; rel. error {fmt(r.get('routes_rel_error'), '.2g')})"
+                 for r in w.get("rows") or [] if r.get("routes_only")]
         if alone:
             lines.append(f"{w['workload']}, the routes alone (every kernel declining): {'; '.join(alone)}.")
     if ver.get("eager_error") is not None:
