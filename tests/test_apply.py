@@ -324,16 +324,21 @@ def test_eager_kernels_must_win_one_call_at_a_time_and_back_to_back():
     assert _beats(Timing(1.0, 0.0, None), Timing(2.0, 0.0, None))  # the CPU: no wall time
 
 
+def _routes_apart_timer() -> WorkloadTimer:
+    """llama-tiny with rmsnorm's and flash_attention's starters, compiled (aot_eager), routes apart."""
+    torch._dynamo.reset()
+    b = load_model("llama-tiny", seq=16)
+    ops = {t: register_source(starter_path(t).read_text()) for t in ("rmsnorm", "flash_attention")}
+    return WorkloadTimer(b, ops, iters=2, rounds=1, modes=("compile",), compile_backend="aot_eager",
+                         routes_apart=True)
+
+
 def test_workload_timer_times_the_routes_alone_where_asked(monkeypatch):
     # the attention route changes a compiled prefill even where no kernel takes a call, so verify
     # --routes-apart times that variant too: routes installed, every kernel declining
     import autokernel.plug as plug_mod
 
-    torch._dynamo.reset()
-    b = load_model("llama-tiny", seq=16)
-    ops = {t: register_source(starter_path(t).read_text()) for t in ("rmsnorm", "flash_attention")}
-    timer = WorkloadTimer(b, ops, iters=2, rounds=1, modes=("compile",), compile_backend="aot_eager",
-                          routes_apart=True)
+    timer = _routes_apart_timer()
     variants, compiled, use = [], timer._compiled, plug_mod.Route._compiled_use
 
     def spy(run, mode, types, keys=None):  # each compiled variant, and what its traced calls chose
@@ -356,16 +361,14 @@ def test_workload_timer_times_the_routes_alone_where_asked(monkeypatch):
     # the routes' output is judged too: the same model, so within the tolerance
     assert comp["routes_rel_error"] is not None and comp["routes_rel_error"] < timer.tolerance
     assert "outputs differ" not in comp["note"]
+    # one more compile per mode only where asked
+    assert WorkloadTimer(timer.bundle, timer.kernels).routes_apart is False
     torch._dynamo.reset()
 
 
 def test_workload_timer_says_where_the_routes_alone_give_another_output():
     # a route that changed the model's answer would make its time meaningless: the note says so
-    torch._dynamo.reset()
-    b = load_model("llama-tiny", seq=16)
-    ops = {t: register_source(starter_path(t).read_text()) for t in ("rmsnorm", "flash_attention")}
-    timer = WorkloadTimer(b, ops, iters=2, rounds=1, modes=("compile",), compile_backend="aot_eager",
-                          routes_apart=True)
+    timer = _routes_apart_timer()
     compiled = timer._compiled
 
     def wrong_routes(run, mode, types, keys=None):
@@ -379,5 +382,4 @@ def test_workload_timer_says_where_the_routes_alone_give_another_output():
     assert comp["routes_rel_error"] == pytest.approx(0.1, rel=0.05)
     assert "routes alone" in comp["note"] and "(outputs differ: 0.1 > 0.01)" in comp["note"]
     assert comp["rel_error"] < timer.tolerance  # the variant with the kernels is untouched
-    assert WorkloadTimer(b, ops).routes_apart is False  # one more compile per mode only where asked
     torch._dynamo.reset()
