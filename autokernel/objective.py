@@ -170,7 +170,7 @@ def success_probability(outcomes: Sequence[bool], decay: float = DECAY, *, keeps
         trials += w
         wins += w * bool(ok)
     p = (1.0 + wins) / (2.0 + trials)
-    if attempts is not None and attempts >= len(outcomes):
+    if attempts is not None:
         p = min(p, (1.0 + (keeps or 0)) / (2.0 + attempts))
     return p
 
