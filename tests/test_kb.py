@@ -463,6 +463,36 @@ def test_random_reference_is_degenerate_and_a_stateful_one_is_not(kb_worker, tmp
     assert res.outcome == "incorrect" and "trial 2/5" in res.error, res.error
 
 
+def test_a_forward_that_moves_its_state_to_another_device_is_stateful():
+    """L3 33 (VanillaRNN) makes self.hidden on the host and moves it to the input's device in forward.
+    The reference's state check compared the two copies with torch.equal, which raises across devices:
+    the start crashed on the H100 (shard 2/10). A moved or retyped tensor is changed state. On the CPU
+    the host copy is a meta tensor here (torch.equal raises on it the same way)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from autokernel.kb.inputs import Reference
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = torch.zeros(2, 3, device="meta")
+
+        def forward(self, x):
+            h = self.hidden if self.hidden.device == x.device else torch.ones_like(x)
+            self.hidden = torch.tanh(x + h)
+            return self.hidden * 2
+
+    ref = Reference(SimpleNamespace(Model=Model), [], "cpu", model_seed=0)
+    x1, x2 = torch.randn(2, 3), torch.randn(2, 3)
+    assert torch.allclose(ref.outputs([x1]), 2 * torch.tanh(x1 + 1))
+    assert ref.stateful is True
+    # the second call's reference replays the first, so it starts from the hidden state the first left
+    out = ref.outputs([x2], earlier=lambda: [[x1]])
+    assert torch.allclose(out, 2 * torch.tanh(x2 + torch.tanh(x1 + 1)))
+
+
 def test_an_ill_conditioned_reference_is_reported_apart(kb_worker, tmp_path, home):
     """Where torch's own fp32 output misses the float64 answer by more than the tolerance (a
     cancellation here; L3 49's exp of cumulative sums on the H200), a candidate that misses torch
