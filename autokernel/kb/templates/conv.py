@@ -11,6 +11,12 @@ o = i * s - p + k * d takes tap k only where (o + p - k * d) is a multiple of s,
 the phase alone, so each phase reduces over its own taps (an arithmetic progression of k) and no
 product is masked away. Gathering over all taps with a mask did s^dims times the work: KernelBench
 L1 81 (stride 5, 2-D) ran at 0.10x eager on an H100.
+
+A convolution whose groups have one input channel each (depthwise, any channel multiplier) has
+nothing to reduce over but its taps: as a GEMM its tile is one output channel of BLOCK_N wide and
+a few taps of BLOCK_K deep, under 1% of the products useful, and KernelBench L1 82 and 83 ran at
+0.02-0.03x eager on an H100. It runs as a direct convolution instead: a program computes a block
+of one (sample, output channel) plane, tap by tap.
 """
 
 import torch
@@ -24,6 +30,8 @@ CONV_BLOCK_M = 64  # output positions per program
 CONV_BLOCK_N = 64  # output channels (of one group) per program
 CONV_BLOCK_K = 32  # chunk of the (input channel, kd, kh, kw) reduction
 CONV_WARPS = 4
+CONV_DW_BLOCK = 512  # output positions per program of the depthwise kernel
+CONV_DW_WARPS = 4
 
 
 @triton.jit
@@ -75,6 +83,39 @@ def _kb_conv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, C, D, H, W, OC, OD, OH, OW, K
         else:
             acc += tl.dot(a, b)
     _kb_conv_out(acc, b_ptr, y_ptr, n, oc, rn, od, oh, ow, OC, OD, OH, OW, opg, rm < M, HAS_BIAS)
+
+
+@triton.jit
+def _kb_conv_dw_kernel(x_ptr, w_ptr, b_ptr, y_ptr, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
+                       sd, sh, sw, pd, ph, pw, dd, dh, dw, opg, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """One group per input channel: BLOCK output positions of one (n, oc) plane per program (planes
+    one after another on the grid's one axis, which has room for any N x OC), fp32 products summed
+    tap by tap (neighbouring programs read the same input rows, from the caches)."""
+    P = OD * OH * OW
+    blocks = tl.cdiv(P, BLOCK)
+    pid = tl.program_id(0)
+    plane = pid // blocks
+    oc = plane % OC
+    n = plane // OC
+    c = oc // opg  # the group's one input channel
+    rp = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)
+    ow, oh, od, _rest = _kb_unflatten(rp, OW, OH, OD)
+    ok = rp < P
+    x_base = x_ptr + (n.to(tl.int64) * C + c) * D * H * W
+    acc = tl.zeros([BLOCK], tl.float32)
+    for kd in range(KD):
+        i_d = od * sd - pd + kd * dd
+        for kh in range(KH):
+            i_h = oh * sh - ph + kh * dh
+            for kw in range(KW):
+                i_w = ow * sw - pw + kw * dw
+                m = ok & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H) & (i_w >= 0) & (i_w < W)
+                xv = tl.load(x_base + (i_d * H + i_h) * W + i_w, mask=m, other=0.0)
+                wv = tl.load(w_ptr + ((oc * KD + kd) * KH + kh) * KW + kw)
+                acc += xv.to(tl.float32) * wv.to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + oc).to(tl.float32)
+    tl.store(y_ptr + plane.to(tl.int64) * P + rp, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -206,6 +247,10 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, tr
         grid = (cdiv(N * js[0] * js[1] * js[2], CONV_BLOCK_M), cdiv(opg, CONV_BLOCK_N), groups * s[0] * s[1] * s[2])
         launch(_kb_conv_t_kernel, grid, xs, ws, b_arg, y, taps, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
                *s, *p, *d, *steps, *js, cpg, opg, **meta)
+    elif y.numel() and KD * KH * KW and x.numel() and cpg == 1:
+        grid = (N * OC * cdiv(OD * OH * OW, CONV_DW_BLOCK),)
+        launch(_kb_conv_dw_kernel, grid, xs, ws, b_arg, y, C, D, H, W, OC, OD, OH, OW, KD, KH, KW, *s, *p, *d, opg,
+               HAS_BIAS=bias is not None, BLOCK=CONV_DW_BLOCK, num_warps=CONV_DW_WARPS)
     elif y.numel() and cpg * KD * KH * KW and x.numel():
         grid = (cdiv(N * OD * OH * OW, CONV_BLOCK_M), cdiv(opg, CONV_BLOCK_N), groups)
         launch(_kb_conv_kernel, grid, xs, ws, b_arg, y, N, C, D, H, W, OC, OD, OH, OW, KD, KH, KW,
@@ -218,7 +263,7 @@ def _kb_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, tr
 
 
 SEARCH_SPACE = {"CONV_BLOCK_M": [32, 64, 128], "CONV_BLOCK_N": [16, 32, 64, 128], "CONV_BLOCK_K": [16, 32, 64],
-                "CONV_WARPS": [2, 4, 8]}
+                "CONV_WARPS": [2, 4, 8], "CONV_DW_BLOCK": [128, 256, 512, 1024], "CONV_DW_WARPS": [2, 4, 8]}
 
 
 def kernel_fn(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, transposed=False, output_padding=0):
