@@ -87,11 +87,11 @@ def compile_problem(req: dict, send=None) -> dict:
 
         from autokernel.bench import judge as bj
         from autokernel.bench.timing import COMPILE_MODE
+        from autokernel.kb.inputs import build_model
         from autokernel.kb.timing import BASELINE_S, timing_inputs
 
         inputs = timing_inputs(prob, device, seed)
-        torch.manual_seed(seed)
-        ref = prob.Model(*init).to(device)
+        ref = build_model(prob.Model, init, device, seed)
         bj.arm(float(req.get("timeout_s") or BASELINE_S))
         compiled = torch.compile(ref, mode=COMPILE_MODE)
         with torch.no_grad():

@@ -26,7 +26,7 @@ from autokernel.bench.across_calls import SAMPLES, Reservoir, Sampled, choose
 from autokernel.bench.between_calls import LeftBehind, leftover, primitives
 from autokernel.bench.result import too_good
 from autokernel.kb.evaluate import SUPPLIED, TIMED_EARLIER, TIMED_NOW
-from autokernel.kb.inputs import Inputs, Reference, flat, tolerance
+from autokernel.kb.inputs import Inputs, Reference, build_model, flat, tolerance
 
 WARMUP = 3
 REPS = 100
@@ -206,8 +206,7 @@ def baselines_gpu(prob, init, seed: int, inputs: Inputs) -> dict:
 
     bj.arm(BASELINE_S)
     try:
-        torch.manual_seed(seed)
-        ref = prob.Model(*init).to("cuda")
+        ref = build_model(prob.Model, init, "cuda", seed)
         with torch.no_grad():
             eager = time_gpu(ref, inputs, REPS)
         bj.disarm()

@@ -82,10 +82,9 @@ def random_reference(prob, init: list, device: str, model_seed: int, inputs: lis
     Differences within the tolerance (a random initial state an LSTM forgets) are not counted."""
     import torch
 
-    from autokernel.kb.inputs import flat
+    from autokernel.kb.inputs import build_model, flat
 
-    torch.manual_seed(model_seed)
-    ref = prob.Model(*init).to(device)
+    ref = build_model(prob.Model, init, device, model_seed)
     twin = _copy_or_none(ref)
     if twin is None:
         return None
@@ -253,7 +252,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
     from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
-    from autokernel.kb.inputs import Inputs, Reference, flat, to_device, tolerance
+    from autokernel.kb.inputs import Inputs, Reference, build_model, flat, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
     from autokernel.textfmt import tail
@@ -296,8 +295,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
             return cheat("ModelNew subclasses the problem's own Model class (the reference is not a solution)")
         init = [to_device(a, device) for a in prob.get_init_inputs()]
         stage = "construct"
-        torch.manual_seed(seed)
-        new = mod.ModelNew(*init).to(device)
+        new = build_model(mod.ModelNew, init, device, seed)
         stage = "correctness"
         launches = Launches()
         ledger = OutputLedger(keep=TRIALS)
