@@ -437,6 +437,16 @@ def test_a_profiled_call_must_do_the_work_the_timed_calls_did():
     # ... only where the timed calls were GPU-bound: a host-bound model's median is its host's time
     assert "when the profiler watches" in watched_reason(Launches(gpu_sessions=[session]), 3700.0, host_us=1850.0)
     assert watched_reason(Launches(gpu_sessions=[session]), 3700.0, host_us=1900.0) is None
+    # the GPU waiting inside the span (the host's launches after a synchronisation in the call,
+    # slowed by the profiler) is not work: kernels of 300 + 300 us in a 2,100-us span, timed 700 us
+    gap = _session([("_own_a", 2001.0, 2301.0), ("_own_b", 3801.0, 4101.0)], warm=True, span=(0.0, 4101.0), marks=lead)
+    assert gap.work_us() == pytest.approx(2101.0) and gap.busy_us() == pytest.approx(600.0)
+    assert watched_reason(Launches(gpu_sessions=[gap]), 700.0) is None
+    # ... while kernels that ran longer than the slack allows are, overlapping ones counted once
+    both = _session([("_own_a", 2001.0, 3801.0), ("_side", 2500.0, 3000.0), ("_own_b", 3801.0, 4101.0)],
+                    warm=True, span=(0.0, 4101.0), marks=lead)
+    assert both.busy_us() == pytest.approx(2100.0)
+    assert "ran 2100.0 us of GPU time" in watched_reason(Launches(gpu_sessions=[both]), 700.0)
     # the bench's (slack 1.5x, floor median / 3 - 30 us): only where its caller gives a floor
     from autokernel.bench.launches import watched_reason as bench_watched
 

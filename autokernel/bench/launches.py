@@ -44,8 +44,22 @@ class GpuSession:
 
     def work_us(self) -> float:
         """The GPU time of the call itself: its span after the judge's lead sleep."""
-        start = max([e for _s, e in self.marks] + [self.span[0]])
-        return max(0.0, self.span[1] - start)
+        return max(0.0, self.span[1] - self.work_start())
+
+    def work_start(self) -> float:
+        return max([e for _s, e in self.marks] + [self.span[0]])
+
+    def busy_us(self) -> float:
+        """The time in that span the GPU ran the call's kernels (overlapping ones counted once): the
+        span less the gaps where it waited, for the host's launches after a synchronisation inside
+        the call (which the profiler slows) or for nothing."""
+        lo, hi = self.work_start(), self.span[1]
+        busy, reach = 0.0, lo
+        for _n, start, end in sorted(self.intervals, key=lambda k: k[1]):
+            start, end = max(start, reach), min(end, hi)
+            if end > start:
+                busy, reach = busy + end - start, end
+        return busy
 
 
 @dataclass
@@ -307,15 +321,21 @@ def watched_reason(session: GpuSession, median_us: float, slack: float, slack_us
     do its own work only while watched: the profiled call's GPU work must be about what the timed
     calls took, within `slack` x `median_us` + `slack_us` + `per_kernel_us` per kernel (its inputs
     just written, the profiler's own cost per kernel); both judges ask this, each with its slack.
+    That work is the time its kernels ran (busy_us), not its span: a forward that synchronises in
+    the middle leaves the GPU waiting for the host's next launches, which the profiler slows.
+    KernelBench L2 83's start (its forward makes a tensor on the device from a Python number) was
+    rejected on the H100 with a span 2.3x its timed median; how much of that span was waiting was
+    not recorded then.
     Nor far less: work put on a side stream the call never waits for, only while watched and with
     the profiler's collection off, lies past the judge's end marker (record_gpu), outside the span
     whose unaccounted time counts as library work; the timed calls, waiting for it, took its time.
     The floor is `median_us` / (2 x `slack`) - `floor_us` (inputs warm in L2 make an honest
     profiled call faster than a timed one, whose L2 was flushed), asked only where the caller gives
     `floor_us`: where the timed median is GPU time, not a host's launch path the GPU waited on."""
-    work = session.work_us()
-    if work > slack * median_us + slack_us + per_kernel_us * len(session.intervals):
-        return f"profiled, its call took {work:.1f} us of GPU work, timed only {median_us:.1f} us: {WATCHED}"
+    work, busy = session.work_us(), session.busy_us()
+    if busy > slack * median_us + slack_us + per_kernel_us * len(session.intervals):
+        return (f"profiled, its call's kernels ran {busy:.1f} us of GPU time (in a span of {work:.1f} us), timed only "
+                f"{median_us:.1f} us: {WATCHED}")
     if floor_us is not None and work < median_us / (2.0 * slack) - floor_us:
         return f"profiled, its call took {work:.1f} us of GPU work, timed {median_us:.1f} us: {WATCHED}"
     return None
