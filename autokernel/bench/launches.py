@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autokernel.bench.share import MAX_SHARE, WorkMeter, cpu_share, gpu_share, paused, share_reason
+from autokernel.bench.share import MAX_SHARE, WorkMeter, covered_us, cpu_share, gpu_share, paused, share_reason
 
 # Kernels any torch code may launch that are not a candidate's own work: aten's elementwise /
 # copy / fill / reduce kernels, memcpy/memset, and what inductor generates for torch.compile.
@@ -54,12 +54,7 @@ class GpuSession:
         span less the gaps where it waited, for the host's launches after a synchronisation inside
         the call (which the profiler slows) or for nothing."""
         lo, hi = self.work_start(), self.span[1]
-        busy, reach = 0.0, lo
-        for _n, start, end in sorted(self.intervals, key=lambda k: k[1]):
-            start, end = max(start, reach), min(end, hi)
-            if end > start:
-                busy, reach = busy + end - start, end
-        return busy
+        return covered_us([(max(s, lo), min(e, hi)) for _n, s, e in self.intervals])
 
 
 @dataclass

@@ -181,6 +181,11 @@ def _length(spans: list[tuple[float, float]]) -> float:
     return sum(e - s for s, e in spans)
 
 
+def covered_us(spans: list[tuple[float, float]]) -> float:
+    """The time some of `spans` covers (overlaps counted once)."""
+    return _length(_union(spans))
+
+
 def _minus(spans: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The parts of `spans` (a union) outside `cut` (a union)."""
     out, j = [], 0
@@ -223,7 +228,7 @@ def session_work(session, is_foreign, exempt=None) -> tuple[float, float, dict[s
     library = _length(lib)
     if session.warm:
         seen = [(s, e) for _n, s, e in clip] + [(max(s, lo), min(e, hi)) for s, e in session.marks]
-        idle = max(0.0, hi - lo) - _length(_union(seen))
+        idle = max(0.0, hi - lo) - covered_us(seen)
         unseen = idle - (IDLE_FLOOR_US + GAP_US * (len(clip) + 1))
         if unseen > 0:
             library += unseen
