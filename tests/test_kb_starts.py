@@ -287,6 +287,45 @@ def test_logsumexp_sums_and_global_pools_next_to_a_matmul_are_generated(home):
     assert not {"logsumexp", "sum", "mean", "AdaptiveAvgPool2d"} & set(sol.kept)
 
 
+# -- a transposed convolution's global mean by what it computes (L2 42) ------------------------------
+
+CONV_MEAN = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_transpose = {conv}
+        self.bias = nn.Parameter(torch.randn(6, 1, 1))
+
+    def forward(self, x):
+        x = {mean}
+        x = torch.logsumexp(x + self.bias, dim=1, keepdim=True)
+        return torch.sum(x, dim=(2, 3)) * 10.0
+'''
+
+
+@pytest.mark.parametrize("conv, mean, taken", [
+    ("nn.ConvTranspose2d(4, 6, 3)", "torch.mean(self.conv_transpose(x), dim=(2, 3), keepdim=True)", True),  # L2 42
+    ("nn.ConvTranspose2d(4, 6, 3, stride=2, dilation=2, output_padding=1, groups=2)",
+     "F.adaptive_avg_pool2d(self.conv_transpose(x), 1)", True),
+    ("nn.ConvTranspose2d(4, 6, 3, stride=2)", "self.conv_transpose(x).mean([-1, -2]).view(-1, 6, 1, 1)", True),
+    # padding crops products away: the identity fails and the convolution stays cuDNN's
+    ("nn.ConvTranspose2d(4, 6, 3, padding=1)", "torch.mean(self.conv_transpose(x), dim=(2, 3), keepdim=True)", False),
+    # a mean over one spatial dim is not the whole output's
+    ("nn.ConvTranspose2d(4, 6, 3)", "torch.mean(self.conv_transpose(x), dim=2, keepdim=True).amax(3, keepdim=True)",
+     False),
+])
+def test_a_transposed_convolutions_global_mean_skips_the_convolution(home, conv, mean, taken):
+    p = problem(CONV_MEAN.format(conv=conv, mean=mean), "[torch.rand(2, 4, 9, 7)]")
+    sol, ref, new = run(p)
+    assert any(r.startswith("convmean:") for r in sol.replaced) is taken, sol.describe()
+    assert any("ConvTranspose2d" in k for k in sol.kept) is not taken, sol.describe()
+    if taken:
+        assert "_kb_convmean(x, " in sol.source
+        x = torch.randn(3, 4, 5, 11)  # other shapes and signs than the problem's inputs
+        with torch.no_grad():
+            torch.testing.assert_close(new(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
 # -- pools next to a convolution (L2 78, L2 10 / 43 / 65) ------------------------------------------------
 
 POOLS = '''

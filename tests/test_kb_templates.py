@@ -34,7 +34,7 @@ def test_every_template_splits_into_a_self_contained_body():
     from autokernel.kb.templates import template
 
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
-    assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "graph", "launch",
+    assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "graph", "launch",
             "torch_only"} <= set(names)
     helpers = [(t, "kb_helper") for t in library_rules()] + [("flash_attention", "kb_masked")]
     assert {"matmul", "softmax", "flash_attention"} <= {t for t, _ in helpers}
@@ -42,7 +42,7 @@ def test_every_template_splits_into_a_self_contained_body():
         tmpl(name) if name in names else helper(*name.split("."))  # importable
         assert "\nimport " not in t.body and "\nfrom autokernel" not in t.body.replace("    from autokernel", "")
         assert "SEARCH_SPACE" not in t.body and "def kernel_fn" not in t.body
-        if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "elementwise"):
+        if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "elementwise"):
             assert t.entry.lstrip().startswith("def kernel_fn(") and t.space
             assert all(k in t.body for k in t.space)  # every tunable is a constant of the body
     graph = template("graph")
@@ -146,6 +146,29 @@ def test_transposed_conv_runs_one_gemm_per_output_phase(nd, stride, padding, dil
     fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[nd]
     want = fn(x, w, b, stride, padding, out_pad, groups, dilation)
     got = conv.kernel_fn(x, w, b, stride, padding, dilation, groups, transposed=True, output_padding=out_pad)
+    assert got.shape == want.shape
+    close(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("nd, stride, dilation, out_pad, groups, bias, keepdim, chunk", [
+    (2, 1, 1, 0, 1, True, True, None),  # KernelBench L2 42's settings
+    (1, 2, 1, 1, 2, False, False, None),
+    (3, (2, 1, 3), 2, (1, 0, 2), 1, True, True, None),  # output padding: positions that only take the bias
+    (2, 3, 1, 2, 4, True, False, 16),  # planes split into several chunks (the partial sums summed in order)
+])
+def test_convmean_is_the_transposed_convolutions_spatial_mean(nd, stride, dilation, out_pad, groups, bias, keepdim,
+                                                              chunk, monkeypatch):
+    cm = tmpl("convmean")
+    if chunk:
+        monkeypatch.setattr(cm, "CONVMEAN_CHUNK", chunk)
+        monkeypatch.setattr(cm, "CONVMEAN_BLOCK", 8)
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, *(9, 5, 7)[:nd]) + 0.5
+    w = torch.randn(8, 12 // groups, *(3, 2, 3)[:nd])
+    b = torch.randn(12) if bias else None
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[nd]
+    want = fn(x, w, b, stride, 0, out_pad, groups, dilation).mean(dim=tuple(range(2, 2 + nd)), keepdim=keepdim)
+    got = cm.kernel_fn(x, w, b, stride, dilation, out_pad, groups, keepdim)
     assert got.shape == want.shape
     close(got, want, atol=1e-4)
 

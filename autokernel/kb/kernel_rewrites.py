@@ -1,8 +1,9 @@
 """Rewrites of a traced graph into calls that one generated kernel family computes whole: nn.GRU /
 nn.LSTM -> rnn_forward (templates/rnn.py, KernelBench L3 35-42: otherwise the whole problem stays
 cuDNN's) and torch.triu / tril of the matmul of two triangular matrices -> tri_matmul
-(templates/trimm.py). Each call is the reference itself (shapes propagate through it); the
-emitter writes it as `_kb_rnn` / `_kb_trimm`.
+(templates/trimm.py), and the mean over all spatial dims of a transposed convolution without
+padding (a global average pool after it) -> conv_mean (templates/convmean.py). Each call is the reference itself (shapes propagate through it); the
+emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean`.
 """
 
 from __future__ import annotations
@@ -95,3 +96,81 @@ def rewrite_triangular(gm) -> bool:
                 gm.graph.erase_node(node)
         gm.recompile()
     return changed
+
+
+def conv_mean(x, weight, bias, stride, dilation, output_padding, groups, keepdim: bool):
+    """The reference: the transposed convolution without padding, then its mean over every spatial dim."""
+    import torch.nn.functional as F
+
+    nd = weight.dim() - 2
+    fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1]
+    y = fn(x, weight, bias, stride, 0, output_padding, groups, dilation)
+    return y.mean(dim=tuple(range(2, 2 + nd)), keepdim=keepdim)
+
+
+def _spatial_mean(node, nd: int):
+    """keepdim of a mean over all nd spatial dims of a batched nd-dim convolution's output (torch.mean,
+    x.mean, nn.AdaptiveAvgPool*d(1) / F.adaptive_avg_pool*d(x, 1): keepdim True), else None."""
+    import torch.nn as nn
+
+    from autokernel.kb.fx_nodes import dim_ok, fn_name
+
+    if node.op == "call_module":
+        pools = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3}
+        mod = node.graph.owning_module.get_submodule(node.target)
+        size = getattr(mod, "output_size", None)
+        ones = size == 1 or isinstance(size, (tuple, list)) and all(v == 1 for v in size)
+        return True if pools.get(type(mod)) == nd and ones and len(node.args) == 1 and not node.kwargs else None
+    if node.op == "call_function" and getattr(node.target, "__name__", "") == f"adaptive_avg_pool{nd}d":
+        a = dict(zip(("input", "output_size"), node.args), **node.kwargs)
+        size = a.get("output_size")
+        ones = size == 1 or isinstance(size, (tuple, list)) and all(v == 1 for v in size)
+        return True if set(a) == {"input", "output_size"} and ones else None
+    name = node.target if node.op == "call_method" else fn_name(node.target) if node.op == "call_function" else None
+    if name != "mean" or not node.args:
+        return None
+    a = dict(zip(("dim", "keepdim"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
+    dims = a.get("dim")
+    dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    if set(a) - {"dim", "keepdim"} or not isinstance(a.get("keepdim", False), bool) \
+            or not all(dim_ok(d, nd + 2) for d in dims) or sorted(d % (nd + 2) for d in dims) != list(range(2, nd + 2)):
+        return None
+    return a.get("keepdim", False)
+
+
+def rewrite_conv_means(gm) -> bool:
+    """The mean over every spatial dim of a transposed convolution with zero padding whose only use
+    it is -> conv_mean (after shape propagation: the input must be a batched float tensor)."""
+    import torch.nn as nn
+
+    from autokernel.kb.fallback_rules import conv_args
+    from autokernel.kb.fx_nodes import node_shape, rewrite_nodes
+
+    def build(g, node):
+        x = node.args[0] if node.args else node.kwargs.get("input")
+        if getattr(x, "op", None) not in ("call_module", "call_function") or len(x.users) != 1:
+            return None
+        a = conv_args(gm, x)
+        if not a or not a.get("transposed"):
+            return None
+        # the dims convolved: the kernel's (an unbatched input has one dim fewer than nd + 2)
+        nd = len(gm.get_submodule(x.target).kernel_size) if x.op == "call_module" else len(node_shape(a["weight"])) - 2
+        pad = a.get("padding", 0)
+        if any(v != 0 for v in (pad if isinstance(pad, (tuple, list)) else (pad,))) \
+                or len(node_shape(a["x"]) or ()) != nd + 2 or len(node_shape(x) or ()) != nd + 2:
+            return None
+        keepdim = _spatial_mean(node, nd)
+        if keepdim is None:
+            return None
+        if x.op == "call_module":
+            mod = gm.get_submodule(x.target)
+            if not isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+                return None
+            weight = g.get_attr(f"{x.target}.weight")
+            bias = g.get_attr(f"{x.target}.bias") if mod.bias is not None else None
+        else:
+            weight, bias = a["weight"], a.get("bias")
+        hyper = [a.get(k, d) for k, d in (("stride", 1), ("dilation", 1), ("output_padding", 0), ("groups", 1))]
+        return g.call_function(conv_mean, (a["x"], weight, bias, *hyper, keepdim)), (x,)
+
+    return rewrite_nodes(gm, build)

@@ -51,6 +51,7 @@ GENERATED = {
     "norm": ("norm", "normalisation"),
     "rnn": ("rnn", "recurrent"),
     "trimm": ("triangular-matmul", "triangular matmul"),
+    "convmean": ("conv-mean", "convolution-mean"),
 }
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file
 
