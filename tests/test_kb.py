@@ -429,6 +429,34 @@ def test_degenerate_problem_is_marked(kb_worker, problems):
     assert "tolerance of zero" in res.extra["degenerate"]
 
 
+def test_degenerate_checks_walk_outputs_in_slices_with_the_whole_outputs_answers(monkeypatch):
+    """L1 63's 8.5 GB output: the checks take float64 copies of slices, not of the whole output (an
+    H100 ran out of memory), and answer as over the whole: the finite values' extremes and mean
+    magnitude across slices and outputs, the worst difference of any slice."""
+    import autokernel.bench.checks as checks
+    from autokernel.kb.degenerate import degenerate_reason, differs
+
+    monkeypatch.setattr(checks, "COMPARE_CHUNK", 7)
+    flat = torch.full((50,), 3.0)
+    assert "constant" in degenerate_reason([flat.view(5, 10)], 1e-4, 1e-4)
+    bumped = flat.clone()
+    bumped[44] = 3.1  # in the seventh slice only
+    assert degenerate_reason([bumped.view(5, 10)], 1e-4, 1e-4) is None
+    tiny = torch.full((20,), 5e-5)
+    tiny[3], tiny[19] = float("nan"), float("inf")  # non-finite values are left out
+    assert "tolerance of zero" in degenerate_reason([tiny, torch.arange(3)], 1e-4, 1e-4)
+    # two outputs, each constant, differ from each other: not degenerate
+    assert degenerate_reason([torch.zeros(9) + 1.0, torch.zeros(9) + 2.0], 1e-4, 1e-4) is None
+    assert degenerate_reason([torch.full((3,), float("nan"))], 1e-4, 1e-4) is None
+    a = torch.randn(40).t()
+    b = a.clone()
+    assert differs(a, b, 1e-4, 1e-4) is None
+    b[37] += 0.5  # past the first five slices
+    assert differs(a, b, 1e-4, 1e-4) == pytest.approx(0.5, rel=1e-5)
+    a[2], b[2] = float("nan"), float("nan")
+    assert differs(a, b, 1e-4, 1e-4) == pytest.approx(0.5, rel=1e-5)
+
+
 def forward_problems(root: Path, forwards: dict[str, str], inputs: str, init: str = "") -> list:
     """Level-1 problems of a checkout made at `root`, one per file name: a Model without arguments
     whose __init__ adds `init` and whose forward(x) is the given body, on the inputs `inputs`."""

@@ -45,85 +45,6 @@ MAX_LEAD_US = 200_000.0
 MAX_SHARE = 0.9  # KernelBench allows library ops next to one's own kernels, not instead of them
 
 
-def _copy_or_none(model):
-    """A deep copy of the reference, or None where it cannot be copied (the check is then left out)."""
-    import copy
-
-    try:
-        return copy.deepcopy(model)
-    except Exception:
-        return None
-
-
-def degenerate_reason(exact: list, atol: float, rtol: float) -> str | None:
-    """Why a reference output makes the problem degenerate (a constant answer would pass), or None."""
-    import torch
-
-    vals = [t.detach().double().flatten() for t in exact if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    vals = [v[torch.isfinite(v)] for v in vals]
-    vals = [v for v in vals if v.numel()]
-    if not vals:
-        return None
-    allv = torch.cat([v.cpu() for v in vals])
-    amax = float(allv.abs().max())
-    if amax <= atol:
-        return f"reference output is within the tolerance of zero everywhere (max |y| = {amax:.3g})"
-    spread = float(allv.max() - allv.min())
-    if allv.numel() > 1 and spread <= atol + rtol * float(allv.abs().mean()):
-        return f"reference output is constant (spread {spread:.3g})"
-    return None
-
-
-def random_reference(prob, init: list, device: str, model_seed: int, inputs: list, exact: list,
-                     atol: float, rtol: float) -> str | None:
-    """Why no candidate can match the reference, or None: a copy of the reference taken before its
-    first call (a stateful forward starts from the same state), called after it, gives other values
-    on the same inputs: the forward draws random numbers (dropout in training mode, L2 66 / 83).
-    Differences within the tolerance (a random initial state an LSTM forgets) are not counted."""
-    import torch
-
-    from autokernel.kb.inputs import build_model, flat
-
-    ref = build_model(prob.Model, init, device, model_seed)
-    twin = _copy_or_none(ref)
-    if twin is None:
-        return None
-    with torch.no_grad():
-        ref(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs])  # the RNG moves on as it did
-        again = flat(twin(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]))
-    for want, got in zip(exact, again):
-        if isinstance(want, torch.Tensor) and want.is_floating_point() and isinstance(got, torch.Tensor) \
-                and got.shape == want.shape and not torch.allclose(got, want, atol=atol, rtol=rtol, equal_nan=True):
-            err = float((got.double() - want.double()).abs().nan_to_num(0.0).max())
-            return f"reference output is random: a second call on the same inputs differs (max abs {err:.3g})"
-    return None
-
-
-def ill_conditioned(reference, inputs: list, earlier, exact: list, atol: float, rtol: float) -> str | None:
-    """Why the tolerance is finer than the problem's own arithmetic, or None: torch's output (`exact`,
-    in the problem's dtype) is itself outside the tolerance of the same model run in float64 on the
-    same inputs, so a correct kernel that sums in another order can miss it as torch does (L3 49's
-    exp of cumulative sums: torch's fp32 misses fp64 by 1.5x the 1e-4 tolerance on one seed of five).
-    Asked only after a candidate's values missed; the candidate stays incorrect, the problem is
-    reported apart. A forward that cannot run in float64 gives None."""
-    import torch
-
-    from autokernel.kb.inputs import flat
-
-    try:
-        wide = flat(reference.outputs(inputs, earlier, wide=True))
-    except Exception:  # noqa: BLE001 - a dtype-specific forward (an explicit .float(), a half-only op)
-        return None
-    for want, got in zip(exact, wide):
-        if isinstance(want, torch.Tensor) and want.is_floating_point() and isinstance(got, torch.Tensor) \
-                and got.shape == want.shape and not torch.allclose(want.double(), got.double(), atol=atol, rtol=rtol,
-                                                                   equal_nan=True):
-            err = float((want.double() - got.double()).abs().nan_to_num(0.0).max())
-            return (f"ill-conditioned at atol={atol:g} rtol={rtol:g}: torch's own {str(want.dtype).replace('torch.', '')} "
-                    f"output misses the float64 answer (max abs {err:.3g})")
-    return None
-
-
 def conv_exempt(level, problem_code: str = ""):
     """What the library share leaves out on this level: on levels 2 and 3 (operator sequences and
     whole networks) a solution may keep cuDNN's convolutions and fuse the rest around them, as
@@ -252,6 +173,7 @@ def judge_kb(req: dict, notify=lambda m: None) -> dict:
     from autokernel.bench.result import CHEAT, COMPILE_ERROR, CORRECT, CRASHED, INCORRECT, BenchResult, StageVerdict
     from autokernel.errors import KernelFileError
     from autokernel.kb import guards, timing  # noqa: F401  (in the snapshot)
+    from autokernel.kb.degenerate import degenerate_reason, ill_conditioned, random_reference
     from autokernel.kb.inputs import Inputs, Reference, build_model, flat, to_device, tolerance
     from autokernel.kb.problems import load_source
     from autokernel.kernelfile import import_kernel, parse_source
