@@ -287,6 +287,36 @@ def test_logsumexp_sums_and_global_pools_next_to_a_matmul_are_generated(home):
     assert not {"logsumexp", "sum", "mean", "AdaptiveAvgPool2d"} & set(sol.kept)
 
 
+# -- an exclusive cumulative sum in one pass (L1 92) ----------------------------------------------------
+
+EXCLUSIVE = '''
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        cumsum = torch.cumsum(x.narrow(dim=self.dim, start=0, length=x.size(self.dim) - 1), dim=self.dim)
+        return torch.cat(({head}(x.select(self.dim, 0).unsqueeze(self.dim)), cumsum), dim=self.dim)
+'''
+
+
+@pytest.mark.parametrize("head, dim, taken", [
+    ("torch.zeros_like", 1, True),  # L1 92 (its rows along the last dim)
+    ("torch.zeros_like", 0, True),  # along a dim that is not the last: moved last and back
+    ("torch.ones_like", 1, False),  # another head: the cat stays, the scan is the plain one
+])
+def test_an_exclusive_cumsum_is_one_scan_pass(home, head, dim, taken):
+    sol, ref, new = run(problem(EXCLUSIVE.format(head=head), "[torch.rand(6, 300)]", f"[{dim}]"))
+    assert ("exclusive=True" in sol.source) is taken, sol.describe()
+    assert ("cat" in sol.kept) is not taken, sol.kept
+    if taken:
+        assert sol.kept == [], sol.kept  # the size arithmetic and views the cat alone needed are gone too
+        x = torch.randn(4, 300) if dim == 1 else torch.randn(6, 5)
+        with torch.no_grad():
+            torch.testing.assert_close(new(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
 # -- a transposed convolution's global mean by what it computes (L2 42) ------------------------------
 
 CONV_MEAN = '''
@@ -480,7 +510,11 @@ def test_generated_starts_compile_for_sm90(home):
     if torch.cuda.is_available():
         pytest.skip("the GPU tests compile these for real")
     launches = []
-    for name, (body, inputs, init) in [*REPRESENTATIVE.items(), ("6_Reductions.py", REDUCTIONS)]:
+    more = [("6_Reductions.py", REDUCTIONS),
+            ("7_ConvMean.py", (CONV_MEAN.format(conv="nn.ConvTranspose2d(4, 6, 3)", mean="torch.mean(self.conv_transpose(x), "
+                                                "dim=(2, 3), keepdim=True)"), "[torch.rand(2, 4, 9, 7)]", "[]")),
+            ("8_Exclusive.py", (EXCLUSIVE.format(head="torch.zeros_like"), "[torch.rand(6, 300)]", "[1]"))]
+    for name, (body, inputs, init) in [*REPRESENTATIVE.items(), *more]:
         p = problem(body, inputs, init, name=name[:-3])
         sol = initial_solution(p)
         mod = load_source(sol.source, f"kb_start_cc_{p.code_hash}")
@@ -493,7 +527,7 @@ def test_generated_starts_compile_for_sm90(home):
         launches += got
     names = {rec.name for rec in launches}
     assert {"_kb_stats_kernel", "_kb_stats_finish_kernel", "_kb_rnn_xw_kernel", "_kb_rnn_step_kernel",
-            "_fa__attn_fwd"} <= names
+            "_fa__attn_fwd", "_kb_convmean_sum_kernel", "_kb_convmean_out_kernel", "_kb_scan_kernel"} <= names
     assert compile_for_gpu(launches) == len(launches)
 
 

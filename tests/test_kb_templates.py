@@ -106,6 +106,10 @@ def test_scan_dimred_and_trimm_templates_match_torch():
     close(scan._kb_scan(x, -1, prod=True), torch.cumprod(x, -1))
     close(scan._kb_scan(x, 1, reverse=True), torch.cumsum(x.flip(1), 1).flip(1))
     close(scan.kernel_fn(x, 0), torch.cumsum(x, 0))
+    head = torch.zeros_like(x[:, :1])  # exclusive: element i leaves x[i] out (reversed: from the end)
+    close(scan._kb_scan(x, 1, exclusive=True), torch.cat([head, torch.cumsum(x[:, :-1], 1)], 1))
+    close(scan.kernel_fn(x, 1, prod=True, reverse=True, exclusive=True),
+          torch.cat([torch.cumprod(x[:, 1:].flip(1), 1).flip(1), head + 1.0], 1))
     values, indices = dimred._kb_dimred(x, 1, "max")
     close(values, torch.max(x, 1).values)
     assert torch.equal(indices, torch.max(x, 1).indices)

@@ -2,8 +2,10 @@
 nn.LSTM -> rnn_forward (templates/rnn.py, KernelBench L3 35-42: otherwise the whole problem stays
 cuDNN's) and torch.triu / tril of the matmul of two triangular matrices -> tri_matmul
 (templates/trimm.py), and the mean over all spatial dims of a transposed convolution without
-padding (a global average pool after it) -> conv_mean (templates/convmean.py). Each call is the reference itself (shapes propagate through it); the
-emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean`.
+padding (a global average pool after it) -> conv_mean (templates/convmean.py), and an exclusive
+cumulative sum written as a cat of zeros and the cumsum of all but the last element -> exclusive_cumsum
+(the row scan's exclusive mode, templates/scan.py). Each call is the reference itself (shapes propagate through it); the
+emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean` / `_kb_scan(..., exclusive=True)`.
 """
 
 from __future__ import annotations
@@ -174,3 +176,80 @@ def rewrite_conv_means(gm) -> bool:
         return g.call_function(conv_mean, (a["x"], weight, bias, *hyper, keepdim)), (x,)
 
     return rewrite_nodes(gm, build)
+
+
+def exclusive_cumsum(x, dim: int):
+    """The reference: torch.cat([zeros of x's shape with size 1 at dim, x.narrow(dim, 0, n - 1).cumsum(dim)], dim)."""
+    import torch
+
+    n = x.shape[dim]
+    head = torch.zeros_like(x.narrow(dim, 0, min(n, 1)))
+    return torch.cat([head, torch.cumsum(x.narrow(dim, 0, max(n - 1, 0)), dim)], dim)
+
+
+def rewrite_exclusive_cumsums(gm) -> bool:
+    """torch.cat([torch.zeros_like(t), torch.cumsum(x.narrow(d, 0, n - 1), d)], d), t of x's shape
+    with size 1 at d (KernelBench L1 92), -> exclusive_cumsum(x, d): one pass of the scan writes the
+    output, instead of a scan, the zeros and the cat copying both (after shape propagation)."""
+    import torch
+
+    from autokernel.kb.fx_nodes import dim_ok, fn_name, is_float_tensor, node_name, node_shape, rewrite_nodes
+
+    def build(g, node):
+        if node.op != "call_function" or node.target is not torch.cat or not node.args:
+            return None
+        a = dict(zip(("tensors", "dim"), node.args), **node.kwargs)
+        parts, d = a.get("tensors"), a.get("dim", 0)
+        if set(a) - {"tensors", "dim"} or not isinstance(parts, (list, tuple)) or len(parts) != 2:
+            return None
+        zeros, cs = parts
+        if getattr(cs, "op", None) != "call_function" or fn_name(cs.target) != "cumsum" or len(cs.users) != 1:
+            return None
+        ck = dict(zip(("input", "dim"), cs.args), **cs.kwargs)
+        nar = ck.get("input")
+        if set(ck) != {"input", "dim"} or getattr(nar, "op", None) not in ("call_method", "call_function") \
+                or node_name(nar) != "narrow" or len(nar.users) != 1:
+            return None
+        nk = dict(zip(("input", "dim", "start", "length"), nar.args if nar.op == "call_function"
+                       else (nar.args[0],) + tuple(nar.args[1:])), **nar.kwargs)
+        x = nk.get("input")
+        shape, out = node_shape(x), node_shape(node)
+        if not is_float_tensor(x) or shape is None or not dim_ok(d, len(shape)) or nk.get("start") != 0 \
+                or not dim_ok(ck["dim"], len(shape)) or not dim_ok(nk.get("dim"), len(shape)):
+            return None
+        d %= len(shape)
+        if ck["dim"] % len(shape) != d or nk["dim"] % len(shape) != d or out != shape or shape[d] < 1:
+            return None
+        # the head: zeros of x's shape with size 1 at d and x's dtype (its values known: zeros_like)
+        head = list(shape)
+        head[d] = 1
+        if getattr(zeros, "op", None) != "call_function" or zeros.target is not torch.zeros_like \
+                or len(zeros.args) != 1 or zeros.kwargs or len(zeros.users) != 1 \
+                or node_shape(zeros) != tuple(head) \
+                or zeros.meta["tensor_meta"].dtype != x.meta["tensor_meta"].dtype:
+            return None
+        roots.extend(n for f in (nar, zeros) for n in f.all_input_nodes if n is not x)
+        return g.call_function(exclusive_cumsum, (x, d)), (cs, nar, zeros)
+
+    roots: list = []
+    changed = rewrite_nodes(gm, build)
+    if changed:
+        _drop_dead_metadata(gm, roots)
+    return changed
+
+
+def _drop_dead_metadata(gm, roots) -> None:
+    """What folded nodes alone used, where it only computed sizes or views (x.size(d) - 1, the
+    select the zeros were shaped after): erased, and what those alone used, in turn."""
+    from autokernel.kb.replay import launches_nothing
+
+    todo, erased = list(roots), set()
+    while todo:
+        n = todo.pop()
+        if n in erased or n.users or n.op not in ("call_method", "call_function"):
+            continue
+        if launches_nothing(gm, n) or n.meta.get("type") in (int, float):
+            todo.extend(n.all_input_nodes)
+            gm.graph.erase_node(n)
+            erased.add(n)
+    gm.recompile()

@@ -130,7 +130,13 @@ class PatternRules(Rules):
         """A call one generated kernel family computes whole: the statistics of a normalisation, a
         GRU / LSTM, a triangular matmul, a transposed convolution's spatial mean (their rewrites made
         the call), a convolution or pool."""
-        from autokernel.kb.kernel_rewrites import conv_mean, rnn_forward, rnn_launches, tri_matmul
+        from autokernel.kb.kernel_rewrites import conv_mean, exclusive_cumsum, rnn_forward, rnn_launches, tri_matmul
+
+        if node.op == "call_function" and node.target is exclusive_cumsum:
+            self.generated["scan"].add(node)
+            x, dim = node.args
+            extra = f", contiguous={needs_layout(node)}" if dim != node_ndim(x) - 1 else ""
+            return f"_kb_scan({self.fmt(x)}, {dim}, exclusive=True{extra})"
         from autokernel.kb.norm_rewrites import norm_stats
 
         for family, target, fn in (("norm", norm_stats, "_kb_norm_stats"), ("rnn", rnn_forward, "_kb_rnn"),

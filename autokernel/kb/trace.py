@@ -202,7 +202,7 @@ def trace_problem(problem):
     from autokernel.kb.op_rules import library_rules, main_op
     from autokernel.kb.rewrites import rewrite
     from autokernel.kb.kernel_rewrites import rewrite_rnns
-    from autokernel.kb.kernel_rewrites import rewrite_conv_means, rewrite_triangular
+    from autokernel.kb.kernel_rewrites import rewrite_conv_means, rewrite_exclusive_cumsums, rewrite_triangular
 
     mod = problem.load_module()
     torch.manual_seed(0)
@@ -238,7 +238,8 @@ def trace_problem(problem):
     rewrite_rnns(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
-        if rewrite_attention(gm) | rewrite_triangular(gm) | rewrite_conv_means(gm):  # by shapes: known only now
+        by_shapes = (rewrite_attention, rewrite_triangular, rewrite_conv_means, rewrite_exclusive_cumsums)
+        if any([r(gm) for r in by_shapes]):  # each one runs (a list, not a generator): shapes known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
         # one the main op's starter takes (a LayerNorm, the layernorm starter's) stays for it

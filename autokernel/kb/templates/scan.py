@@ -17,7 +17,8 @@ SCAN_WARPS = 4
 
 @triton.jit
 def _kb_scan_kernel(x_ptr, m_ptr, out_ptr, rows, n, sx, sm, PROD: tl.constexpr, REVERSE: tl.constexpr,
-                    HAS_MASK: tl.constexpr, WIDE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                    HAS_MASK: tl.constexpr, WIDE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                    EXCLUSIVE: tl.constexpr = False):
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     rmask = r < rows
     r64 = r.to(tl.int64)
@@ -39,10 +40,15 @@ def _kb_scan_kernel(x_ptr, m_ptr, out_ptr, rows, n, sx, sm, PROD: tl.constexpr, 
         inb = rmask[:, None] & (c < n)[None, :]
         if REVERSE:  # walk the row from its end: a reversed scan is a forward scan of the mirrored row
             c = n - 1 - c
+        src = c
+        ld = inb
+        if EXCLUSIVE:  # out[i] takes the row up to i - 1 (from i + 1 reversed): read one place behind
+            src = c + 1 if REVERSE else c - 1
+            ld = inb & (src >= 0)[None, :] & (src < n)[None, :]
         # out-of-row lanes hold the identity, so a chunk's last lane is always its row's running total
-        v = tl.load(x_ptr + r64[:, None] * sx + c[None, :], mask=inb, other=ident).to(acc)
+        v = tl.load(x_ptr + r64[:, None] * sx + src[None, :], mask=ld, other=ident).to(acc)
         if HAS_MASK:  # x * mask fused as a prologue: the product is never written out
-            v = v * tl.load(m_ptr + r64[:, None] * sm + c[None, :], mask=inb, other=1).to(acc)
+            v = v * tl.load(m_ptr + r64[:, None] * sm + src[None, :], mask=ld, other=1).to(acc)
         if PROD:
             y = tl.cumprod(v, axis=1) * carry[:, None]
         else:
@@ -62,9 +68,11 @@ def _kb_rows(t, n):
         return t.contiguous().view(-1, n)
 
 
-def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
+def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False, exclusive=False):
     """torch.cumsum / cumprod(x [* mask], dim), flipped before and after when reverse: a row scan
-    of a [rows, x.shape[dim]] matrix, fp32 accumulation (fp64 for fp32 and fp64 x), x's dtype out."""
+    of a [rows, x.shape[dim]] matrix, fp32 accumulation (fp64 for fp32 and fp64 x), x's dtype out.
+    exclusive: element i leaves out x[i] (the identity first: KernelBench L1 92's
+    cat([zeros, cumsum(x.narrow(dim, 0, n - 1))]) in one pass, no copy of the scan for the cat)."""
     dim = dim % x.dim()
     n = x.shape[dim]
     last = dim == x.dim() - 1
@@ -85,7 +93,7 @@ def _kb_scan(x, dim, prod=False, reverse=False, mask=None, contiguous=False):
     launch(_kb_scan_kernel, (cdiv(rows, per),), xr, mr, out, rows, n, xr.stride(0), mr.stride(0), PROD=prod,
                                                REVERSE=reverse, HAS_MASK=mask is not None,
                                                WIDE=x.dtype in (torch.float32, torch.float64), ROWS=per,
-                                               BLOCK=block, num_warps=SCAN_WARPS)
+                                               BLOCK=block, EXCLUSIVE=exclusive, num_warps=SCAN_WARPS)
     if last:
         return out
     # a permuted view, as _kb_softmax's: x's layout back only where a .view or the return needs it
@@ -97,6 +105,6 @@ SEARCH_SPACE = {"SCAN_BLOCK": [256, 512, 1024, 2048, 4096, 8192], "SCAN_TILE": [
                 "SCAN_WARPS": [1, 2, 4, 8, 16]}
 
 
-def kernel_fn(x, dim=-1, prod=False, reverse=False, mask=None):
+def kernel_fn(x, dim=-1, prod=False, reverse=False, mask=None, exclusive=False):
     """The file's entry function: the generated row-scan kernel."""
-    return _kb_scan(x, dim, prod=prod, reverse=reverse, mask=mask)
+    return _kb_scan(x, dim, prod=prod, reverse=reverse, mask=mask, exclusive=exclusive)
