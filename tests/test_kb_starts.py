@@ -317,6 +317,40 @@ def test_an_exclusive_cumsum_is_one_scan_pass(home, head, dim, taken):
             torch.testing.assert_close(new(x), ref(x), atol=1e-4, rtol=1e-4)
 
 
+# -- a GEMM's sum over its output features as a matrix-vector product (L2 14, 18, 51) -------------------
+
+GEMM_SUM = '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(24, 40)
+        self.weight = nn.Parameter(torch.randn(40, 24))
+        self.subtract = nn.Parameter(torch.randn(40))
+
+    def forward(self, x):
+        return {body}
+'''
+
+
+@pytest.mark.parametrize("body, taken", [
+    ("torch.sum(torch.matmul(x, self.weight.T) / 2, dim=1, keepdim=True) * 1.5", True),  # L2 14
+    ("torch.mean(self.linear(x) - self.subtract, dim=1, keepdim=True)", True),  # L2 51
+    ("torch.sum(self.linear(x), dim=1, keepdim=True).amax(1)", True),  # L2 18
+    ("(2.0 - 3.0 * (x @ self.weight.t() + 0.5)).sum(-1)", True),  # a shift on the left negates the chain
+    ("torch.sum(torch.sigmoid(self.linear(x)), dim=1)", False),  # not affine: the GEMM stays (L2 56)
+    ("torch.sum(self.linear(x) * x.sum(1, keepdim=True), dim=1)", False),  # scaled by a tensor: stays
+    ("torch.sum(self.linear(x), dim=0)", False),  # over the rows: stays
+])
+def test_a_gemms_sum_over_its_features_is_a_matrix_vector_product(home, body, taken):
+    sol, ref, new = run(problem(GEMM_SUM.format(body=body), "[torch.rand(6, 24)]"))
+    assert any(r.startswith("gemmsum:") for r in sol.replaced) is taken, sol.describe()
+    if taken:
+        assert not {"linear", "matmul"} & set(sol.kept), sol.kept
+        x = torch.randn(9, 24)  # other rows and signs than the problem's inputs
+        with torch.no_grad():
+            torch.testing.assert_close(new(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
 # -- a transposed convolution's global mean by what it computes (L2 42) ------------------------------
 
 CONV_MEAN = '''
@@ -513,7 +547,9 @@ def test_generated_starts_compile_for_sm90(home):
     more = [("6_Reductions.py", REDUCTIONS),
             ("7_ConvMean.py", (CONV_MEAN.format(conv="nn.ConvTranspose2d(4, 6, 3)", mean="torch.mean(self.conv_transpose(x), "
                                                 "dim=(2, 3), keepdim=True)"), "[torch.rand(2, 4, 9, 7)]", "[]")),
-            ("8_Exclusive.py", (EXCLUSIVE.format(head="torch.zeros_like"), "[torch.rand(6, 300)]", "[1]"))]
+            ("8_Exclusive.py", (EXCLUSIVE.format(head="torch.zeros_like"), "[torch.rand(6, 300)]", "[1]")),
+            ("9_GemmSum.py", (GEMM_SUM.format(body="torch.mean(self.linear(x) - self.subtract, dim=1, keepdim=True)"),
+                              "[torch.rand(6, 24)]", "[]"))]
     for name, (body, inputs, init) in [*REPRESENTATIVE.items(), *more]:
         p = problem(body, inputs, init, name=name[:-3])
         sol = initial_solution(p)
@@ -527,7 +563,8 @@ def test_generated_starts_compile_for_sm90(home):
         launches += got
     names = {rec.name for rec in launches}
     assert {"_kb_stats_kernel", "_kb_stats_finish_kernel", "_kb_rnn_xw_kernel", "_kb_rnn_step_kernel",
-            "_fa__attn_fwd", "_kb_convmean_sum_kernel", "_kb_convmean_out_kernel", "_kb_scan_kernel"} <= names
+            "_fa__attn_fwd", "_kb_convmean_sum_kernel", "_kb_convmean_out_kernel", "_kb_scan_kernel",
+            "_kb_gemmsum_reduce_kernel", "_kb_gemmsum_gemv_kernel"} <= names
     assert compile_for_gpu(launches) == len(launches)
 
 

@@ -34,15 +34,15 @@ def test_every_template_splits_into_a_self_contained_body():
     from autokernel.kb.templates import template
 
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__))
-    assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "graph", "launch",
-            "torch_only"} <= set(names)
+    assert {"elementwise", "scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "gemmsum", "graph",
+            "launch", "torch_only"} <= set(names)
     helpers = [(t, "kb_helper") for t in library_rules()] + [("flash_attention", "kb_masked")]
     assert {"matmul", "softmax", "flash_attention"} <= {t for t, _ in helpers}
     for name, t in [(n, template(n)) for n in names] + [(f"{k}.{m}", helper_template(k, m)) for k, m in helpers]:
         tmpl(name) if name in names else helper(*name.split("."))  # importable
         assert "\nimport " not in t.body and "\nfrom autokernel" not in t.body.replace("    from autokernel", "")
         assert "SEARCH_SPACE" not in t.body and "def kernel_fn" not in t.body
-        if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "elementwise"):
+        if name in ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm", "convmean", "gemmsum", "elementwise"):
             assert t.entry.lstrip().startswith("def kernel_fn(") and t.space
             assert all(k in t.body for k in t.space)  # every tunable is a constant of the body
     graph = template("graph")
@@ -175,6 +175,19 @@ def test_convmean_is_the_transposed_convolutions_spatial_mean(nd, stride, dilati
     got = cm.kernel_fn(x, w, b, stride, dilation, out_pad, groups, keepdim)
     assert got.shape == want.shape
     close(got, want, atol=1e-4)
+
+
+def test_gemmsum_is_the_scaled_shifted_gemms_sum_over_its_features(monkeypatch):
+    gs = tmpl("gemmsum")
+    monkeypatch.setattr(gs, "GEMMSUM_BLOCK_N", 16)  # several steps over N and K, ragged edges
+    monkeypatch.setattr(gs, "GEMMSUM_BLOCK_KV", 32)
+    torch.manual_seed(0)
+    x, w, b, sub = torch.rand(37, 70), torch.randn(50, 70), torch.randn(50), torch.randn(1, 50)
+    close(gs._kb_gemmsum(x, w, 0.5, ((0.5, b), (-1.0, sub)), False, True, True),
+          ((F.linear(x, w, b)) * 0.5 - sub).sum(-1, keepdim=True), atol=1e-4)
+    B = torch.randn(50, 70).t()  # a transposed view: B's strides as they are
+    close(gs.kernel_fn(x, B, -2.0, ((1.0, 3.0), (2.0, torch.tensor(0.25))), mean=True),
+          (3.0 + 0.5 - 2.0 * (x @ B)).mean(-1), atol=1e-4)
 
 
 def test_phase_taps_are_the_taps_that_land_on_each_phase():

@@ -4,8 +4,10 @@ cuDNN's) and torch.triu / tril of the matmul of two triangular matrices -> tri_m
 (templates/trimm.py), and the mean over all spatial dims of a transposed convolution without
 padding (a global average pool after it) -> conv_mean (templates/convmean.py), and an exclusive
 cumulative sum written as a cat of zeros and the cumsum of all but the last element -> exclusive_cumsum
-(the row scan's exclusive mode, templates/scan.py). Each call is the reference itself (shapes propagate through it); the
-emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean` / `_kb_scan(..., exclusive=True)`.
+(the row scan's exclusive mode, templates/scan.py), and the sum or mean over the output features of
+a GEMM scaled and shifted on the way -> gemm_sum (templates/gemmsum.py). Each call is the reference itself (shapes propagate through it); the
+emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean` / `_kb_scan(..., exclusive=True)` /
+`_kb_gemmsum`.
 """
 
 from __future__ import annotations
@@ -253,3 +255,96 @@ def _drop_dead_metadata(gm, roots) -> None:
             gm.graph.erase_node(n)
             erased.add(n)
     gm.recompile()
+
+
+def gemm_sum(x, b, scale: float, terms: tuple, mean: bool, keepdim: bool, linear: bool):
+    """The reference: (scale * (x @ B) + sum of coef * t over terms).sum(-1) (.mean with `mean`),
+    B = b.t() for a linear's weight (`linear`), else b."""
+    y = (x @ (b.t() if linear else b)) * scale
+    for coef, t in terms:
+        y = y + coef * t
+    return y.mean(-1, keepdim=keepdim) if mean else y.sum(-1, keepdim=keepdim)
+
+
+def _affine_step(node, chain_shape):
+    """(op, operand, chain input) of a node that scales the chain by a number (mul, truediv) or
+    shifts it (add, sub, the chain on either side) by a number or a tensor of one value per last-dim
+    feature (or one value); else None."""
+    from autokernel.kb.fx_nodes import fn_name, is_number, node_shape
+
+    if node.op != "call_function" or node.kwargs or len(node.args) != 2:
+        return None
+    op = fn_name(node.target)
+    p, q = node.args
+
+    def chain(a):
+        return node_shape(a) == chain_shape
+
+    def shift_ok(t):
+        shape = node_shape(t)
+        return is_number(t) or shape is not None and shape in ((), (1,), (chain_shape[1],), (1, chain_shape[1]))
+
+    if op in ("mul", "truediv") and chain(p) and is_number(q) and not (op == "truediv" and q == 0):
+        return op, q, p
+    if op == "mul" and chain(q) and is_number(p):
+        return op, p, q
+    if op in ("add", "sub") and chain(p) and not chain(q) and shift_ok(q):
+        return op, q, p
+    if op in ("add", "sub") and chain(q) and not chain(p) and shift_ok(p):
+        return "r" + op, p, q
+    return None
+
+
+def rewrite_gemm_sums(gm) -> bool:
+    """x.sum(-1) / x.mean(-1) over the output features of a 2-D GEMM (F.linear, torch.matmul / mm,
+    @) reached through scalings by numbers and shifts by per-feature tensors or numbers, each node
+    of the chain used only by the next -> gemm_sum (after shape propagation)."""
+    from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, node_name, node_shape, rewrite_nodes
+
+    def build(g, node):
+        if node.op not in ("call_function", "call_method") or node_name(node) not in ("sum", "mean") or not node.args:
+            return None
+        y = node.args[0]
+        a = dict(zip(("dim", "keepdim"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
+        dims = a.get("dim")
+        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+        shape = node_shape(y)
+        if set(a) - {"dim", "keepdim"} or not isinstance(a.get("keepdim", False), bool) or not is_float_tensor(y) \
+                or shape is None or len(shape) != 2 or len(dims) != 1 or not dim_ok(dims[0], 2) or dims[0] % 2 != 1:
+            return None
+        chain, steps, cur = [], [], y
+        while True:
+            if len(cur.users) != 1:
+                return None
+            chain.append(cur)
+            name = node_name(cur)
+            if name in ("linear", "matmul", "mm") and cur.op == "call_function" and not cur.kwargs:
+                break
+            step = _affine_step(cur, shape)
+            if step is None:
+                return None
+            steps.append(step[:2])
+            cur = step[2]
+        gemm = chain[-1]
+        x, b = gemm.args[:2] if len(gemm.args) in (2, 3) else (None, None)
+        linear = node_name(gemm) == "linear"
+        bias = gemm.args[2] if linear and len(gemm.args) == 3 else None
+        if not linear and len(gemm.args) != 2 or not is_float_tensor(x) or not is_float_tensor(b) \
+                or len(node_shape(x)) != 2 or len(node_shape(b)) != 2 \
+                or x.meta["tensor_meta"].dtype != y.meta["tensor_meta"].dtype:
+            return None
+        scale, terms = 1.0, [(1.0, bias)] if bias is not None else []
+        for op, v in reversed(steps):  # applied in the forward's order
+            if op in ("mul", "truediv"):
+                f = v if op == "mul" else 1.0 / v
+                scale, terms = scale * f, [(c * f, t) for c, t in terms]
+            elif op in ("add", "sub"):
+                terms.append((1.0 if op == "add" else -1.0, v))
+            else:  # v + chain keeps it; v - chain negates it
+                if op == "rsub":
+                    scale, terms = -scale, [(-c, t) for c, t in terms]
+                terms.append((1.0, v))
+        args = (x, b, scale, tuple(terms), node_name(node) == "mean", a.get("keepdim", False), linear)
+        return g.call_function(gemm_sum, args), tuple(chain)
+
+    return rewrite_nodes(gm, build)

@@ -128,24 +128,26 @@ class PatternRules(Rules):
 
     def generated_call(self, node) -> str | None:
         """A call one generated kernel family computes whole: the statistics of a normalisation, a
-        GRU / LSTM, a triangular matmul, a transposed convolution's spatial mean (their rewrites made
-        the call), a convolution or pool."""
-        from autokernel.kb.kernel_rewrites import conv_mean, exclusive_cumsum, rnn_forward, rnn_launches, tri_matmul
+        GRU / LSTM, a triangular matmul, a transposed convolution's spatial mean, an exclusive
+        cumsum, a GEMM's sum over its features (their rewrites made the call), a convolution or pool."""
+        from autokernel.kb.kernel_rewrites import (conv_mean, exclusive_cumsum, gemm_sum, rnn_forward, rnn_launches,
+                                                   tri_matmul)
+        from autokernel.kb.norm_rewrites import norm_stats
 
         if node.op == "call_function" and node.target is exclusive_cumsum:
             self.generated["scan"].add(node)
             x, dim = node.args
             extra = f", contiguous={needs_layout(node)}" if dim != node_ndim(x) - 1 else ""
             return f"_kb_scan({self.fmt(x)}, {dim}, exclusive=True{extra})"
-        from autokernel.kb.norm_rewrites import norm_stats
 
         for family, target, fn in (("norm", norm_stats, "_kb_norm_stats"), ("rnn", rnn_forward, "_kb_rnn"),
-                                   ("trimm", tri_matmul, "_kb_trimm"), ("convmean", conv_mean, "_kb_convmean")):
+                                   ("trimm", tri_matmul, "_kb_trimm"), ("convmean", conv_mean, "_kb_convmean"),
+                                   ("gemmsum", gemm_sum, "_kb_gemmsum")):
             if node.op == "call_function" and node.target is target:
                 self.generated[family].add(node)
                 if family == "rnn":  # one launch per step, layer and direction (the graph default counts them)
                     self.launches += rnn_launches(self.gm, node) - 1
-                elif family == "convmean":  # the sum kernel, then the product
+                elif family in ("convmean", "gemmsum"):  # a reduction kernel, then the product
                     self.launches += 1
                 return f"{fn}({self.call(node.args, node.kwargs)})"
         return self.fallback_call(node)

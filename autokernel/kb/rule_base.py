@@ -17,7 +17,7 @@ class Rules:
     main: str | None  # the library starter in use for the problem's main op, or None
     fallback: bool | str  # True: the generated convolution and pooling kernels take those ops; "pool": pools only
     # each node a generated kernel computes, by family ("scan", "dimred", "conv", "pool", "norm", "rnn", "trimm",
-    # "convmean")
+    # "convmean", "gemmsum")
     generated: dict[str, set]
     whole: dict  # sums and means of all of a tensor: node -> (x, "sum" | "mean"), foldable into x's fused kernel
     last_ew: tuple | None  # (op, x, y, alpha, beta) of the last elementwise replacement, which fusion reads

@@ -52,6 +52,7 @@ GENERATED = {
     "rnn": ("rnn", "recurrent"),
     "trimm": ("triangular-matmul", "triangular matmul"),
     "convmean": ("conv-mean", "convolution-mean"),
+    "gemmsum": ("gemm-sum", "GEMM-sum"),
 }
 SECOND_PREFIX = "_fa_"  # the names of a second starter in the file
 

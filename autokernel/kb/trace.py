@@ -202,7 +202,8 @@ def trace_problem(problem):
     from autokernel.kb.op_rules import library_rules, main_op
     from autokernel.kb.rewrites import rewrite
     from autokernel.kb.kernel_rewrites import rewrite_rnns
-    from autokernel.kb.kernel_rewrites import rewrite_conv_means, rewrite_exclusive_cumsums, rewrite_triangular
+    from autokernel.kb.kernel_rewrites import (rewrite_conv_means, rewrite_exclusive_cumsums, rewrite_gemm_sums,
+                                               rewrite_triangular)
 
     mod = problem.load_module()
     torch.manual_seed(0)
@@ -238,7 +239,8 @@ def trace_problem(problem):
     rewrite_rnns(gm)
     with meta_mode():
         ShapeProp(gm).propagate(*inputs)
-        by_shapes = (rewrite_attention, rewrite_triangular, rewrite_conv_means, rewrite_exclusive_cumsums)
+        by_shapes = (rewrite_attention, rewrite_triangular, rewrite_conv_means, rewrite_exclusive_cumsums,
+                     rewrite_gemm_sums)
         if any([r(gm) for r in by_shapes]):  # each one runs (a list, not a generator): shapes known only now
             ShapeProp(gm).propagate(*inputs)
         # normalisations become statistics + elementwise ops (by the input's dtype, known only now);
