@@ -544,12 +544,13 @@ def test_generated_starts_compile_for_sm90(home):
     if torch.cuda.is_available():
         pytest.skip("the GPU tests compile these for real")
     launches = []
+    conv_mean = CONV_MEAN.format(conv="nn.ConvTranspose2d(4, 6, 3)",
+                                 mean="torch.mean(self.conv_transpose(x), dim=(2, 3), keepdim=True)")
+    gemm_sum = GEMM_SUM.format(body="torch.mean(self.linear(x) - self.subtract, dim=1, keepdim=True)")
     more = [("6_Reductions.py", REDUCTIONS),
-            ("7_ConvMean.py", (CONV_MEAN.format(conv="nn.ConvTranspose2d(4, 6, 3)", mean="torch.mean(self.conv_transpose(x), "
-                                                "dim=(2, 3), keepdim=True)"), "[torch.rand(2, 4, 9, 7)]", "[]")),
+            ("7_ConvMean.py", (conv_mean, "[torch.rand(2, 4, 9, 7)]", "[]")),
             ("8_Exclusive.py", (EXCLUSIVE.format(head="torch.zeros_like"), "[torch.rand(6, 300)]", "[1]")),
-            ("9_GemmSum.py", (GEMM_SUM.format(body="torch.mean(self.linear(x) - self.subtract, dim=1, keepdim=True)"),
-                              "[torch.rand(6, 24)]", "[]"))]
+            ("9_GemmSum.py", (gemm_sum, "[torch.rand(6, 24)]", "[]"))]
     for name, (body, inputs, init) in [*REPRESENTATIVE.items(), *more]:
         p = problem(body, inputs, init, name=name[:-3])
         sol = initial_solution(p)

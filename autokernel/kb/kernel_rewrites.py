@@ -1,13 +1,15 @@
-"""Rewrites of a traced graph into calls that one generated kernel family computes whole: nn.GRU /
-nn.LSTM -> rnn_forward (templates/rnn.py, KernelBench L3 35-42: otherwise the whole problem stays
-cuDNN's) and torch.triu / tril of the matmul of two triangular matrices -> tri_matmul
-(templates/trimm.py), and the mean over all spatial dims of a transposed convolution without
-padding (a global average pool after it) -> conv_mean (templates/convmean.py), and an exclusive
-cumulative sum written as a cat of zeros and the cumsum of all but the last element -> exclusive_cumsum
-(the row scan's exclusive mode, templates/scan.py), and the sum or mean over the output features of
-a GEMM scaled and shifted on the way -> gemm_sum (templates/gemmsum.py). Each call is the reference itself (shapes propagate through it); the
-emitter writes it as `_kb_rnn` / `_kb_trimm` / `_kb_convmean` / `_kb_scan(..., exclusive=True)` /
-`_kb_gemmsum`.
+"""Rewrites of a traced graph into calls that one generated kernel family computes whole:
+- nn.GRU / nn.LSTM -> rnn_forward (templates/rnn.py, KernelBench L3 35-42: otherwise the whole
+  problem stays cuDNN's);
+- torch.triu / tril of the matmul of two triangular matrices -> tri_matmul (templates/trimm.py);
+- the mean over all spatial dims of a transposed convolution without padding (a global average
+  pool after it) -> conv_mean (templates/convmean.py);
+- an exclusive cumulative sum written as a cat of zeros and the cumsum of all but the last
+  element -> exclusive_cumsum (the row scan's exclusive mode, templates/scan.py);
+- the sum or mean over the output features of a GEMM scaled and shifted on the way -> gemm_sum
+  (templates/gemmsum.py).
+Each call is the reference itself (shapes propagate through it); the emitter writes it as `_kb_rnn`
+/ `_kb_trimm` / `_kb_convmean` / `_kb_scan(..., exclusive=True)` / `_kb_gemmsum`.
 """
 
 from __future__ import annotations
@@ -112,41 +114,51 @@ def conv_mean(x, weight, bias, stride, dilation, output_padding, groups, keepdim
     return y.mean(dim=tuple(range(2, 2 + nd)), keepdim=keepdim)
 
 
+def _reduced_dims(node, ndim: int) -> tuple[tuple, bool] | None:
+    """(the dims, sorted and non-negative, keepdim) of a sum or mean node (torch.sum / mean, x.sum /
+    mean) of an ndim-dim tensor over one dim or a list of them, with no argument but dim and keepdim;
+    else None. The conv-mean and GEMM-sum rewrites both match their reduction with it."""
+    from autokernel.kb.fx_nodes import dim_ok, node_name
+
+    if node.op not in ("call_function", "call_method") or node_name(node) not in ("sum", "mean") or not node.args:
+        return None
+    a = dict(zip(("dim", "keepdim"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
+    dims = a.get("dim")
+    dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    keepdim = a.get("keepdim", False)
+    if set(a) - {"dim", "keepdim"} or not isinstance(keepdim, bool) or not dims \
+            or not all(dim_ok(d, ndim) for d in dims):
+        return None
+    return tuple(sorted(d % ndim for d in dims)), keepdim
+
+
 def _spatial_mean(node, nd: int):
     """keepdim of a mean over all nd spatial dims of a batched nd-dim convolution's output (torch.mean,
     x.mean, nn.AdaptiveAvgPool*d(1) / F.adaptive_avg_pool*d(x, 1): keepdim True), else None."""
     import torch.nn as nn
 
-    from autokernel.kb.fx_nodes import dim_ok, fn_name
+    from autokernel.kb.fx_nodes import node_name
+
+    def ones(size):
+        return size == 1 or isinstance(size, (tuple, list)) and all(v == 1 for v in size)
 
     if node.op == "call_module":
         pools = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3}
         mod = node.graph.owning_module.get_submodule(node.target)
-        size = getattr(mod, "output_size", None)
-        ones = size == 1 or isinstance(size, (tuple, list)) and all(v == 1 for v in size)
-        return True if pools.get(type(mod)) == nd and ones and len(node.args) == 1 and not node.kwargs else None
+        taken = pools.get(type(mod)) == nd and ones(getattr(mod, "output_size", None))
+        return True if taken and len(node.args) == 1 and not node.kwargs else None
     if node.op == "call_function" and getattr(node.target, "__name__", "") == f"adaptive_avg_pool{nd}d":
         a = dict(zip(("input", "output_size"), node.args), **node.kwargs)
-        size = a.get("output_size")
-        ones = size == 1 or isinstance(size, (tuple, list)) and all(v == 1 for v in size)
-        return True if set(a) == {"input", "output_size"} and ones else None
-    name = node.target if node.op == "call_method" else fn_name(node.target) if node.op == "call_function" else None
-    if name != "mean" or not node.args:
+        return True if set(a) == {"input", "output_size"} and ones(a["output_size"]) else None
+    red = _reduced_dims(node, nd + 2)
+    if node_name(node) != "mean" or red is None or red[0] != tuple(range(2, nd + 2)):
         return None
-    a = dict(zip(("dim", "keepdim"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
-    dims = a.get("dim")
-    dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
-    if set(a) - {"dim", "keepdim"} or not isinstance(a.get("keepdim", False), bool) \
-            or not all(dim_ok(d, nd + 2) for d in dims) or sorted(d % (nd + 2) for d in dims) != list(range(2, nd + 2)):
-        return None
-    return a.get("keepdim", False)
+    return red[1]
 
 
 def rewrite_conv_means(gm) -> bool:
     """The mean over every spatial dim of a transposed convolution with zero padding whose only use
     it is -> conv_mean (after shape propagation: the input must be a batched float tensor)."""
-    import torch.nn as nn
-
     from autokernel.kb.fallback_rules import conv_args
     from autokernel.kb.fx_nodes import node_shape, rewrite_nodes
 
@@ -166,12 +178,9 @@ def rewrite_conv_means(gm) -> bool:
         keepdim = _spatial_mean(node, nd)
         if keepdim is None:
             return None
-        if x.op == "call_module":
-            mod = gm.get_submodule(x.target)
-            if not isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-                return None
+        if x.op == "call_module":  # conv_args took it: an nn.ConvTranspose1d / 2d / 3d
             weight = g.get_attr(f"{x.target}.weight")
-            bias = g.get_attr(f"{x.target}.bias") if mod.bias is not None else None
+            bias = g.get_attr(f"{x.target}.bias") if a["bias"] is not None else None
         else:
             weight, bias = a["weight"], a.get("bias")
         hyper = [a.get(k, d) for k, d in (("stride", 1), ("dilation", 1), ("output_padding", 0), ("groups", 1))]
@@ -212,8 +221,7 @@ def rewrite_exclusive_cumsums(gm) -> bool:
         if set(ck) != {"input", "dim"} or getattr(nar, "op", None) not in ("call_method", "call_function") \
                 or node_name(nar) != "narrow" or len(nar.users) != 1:
             return None
-        nk = dict(zip(("input", "dim", "start", "length"), nar.args if nar.op == "call_function"
-                       else (nar.args[0],) + tuple(nar.args[1:])), **nar.kwargs)
+        nk = dict(zip(("input", "dim", "start", "length"), nar.args), **nar.kwargs)
         x = nk.get("input")
         shape, out = node_shape(x), node_shape(node)
         if not is_float_tensor(x) or shape is None or not dim_ok(d, len(shape)) or nk.get("start") != 0 \
@@ -299,18 +307,15 @@ def rewrite_gemm_sums(gm) -> bool:
     """x.sum(-1) / x.mean(-1) over the output features of a 2-D GEMM (F.linear, torch.matmul / mm,
     @) reached through scalings by numbers and shifts by per-feature tensors or numbers, each node
     of the chain used only by the next -> gemm_sum (after shape propagation)."""
-    from autokernel.kb.fx_nodes import dim_ok, is_float_tensor, node_name, node_shape, rewrite_nodes
+    from autokernel.kb.fx_nodes import is_float_tensor, node_name, node_shape, rewrite_nodes
 
     def build(g, node):
-        if node.op not in ("call_function", "call_method") or node_name(node) not in ("sum", "mean") or not node.args:
+        red = _reduced_dims(node, 2)
+        if red is None or red[0] != (1,):
             return None
-        y = node.args[0]
-        a = dict(zip(("dim", "keepdim"), node.args[1:]), **{k: v for k, v in node.kwargs.items() if k != "input"})
-        dims = a.get("dim")
-        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+        y, keepdim = node.args[0], red[1]
         shape = node_shape(y)
-        if set(a) - {"dim", "keepdim"} or not isinstance(a.get("keepdim", False), bool) or not is_float_tensor(y) \
-                or shape is None or len(shape) != 2 or len(dims) != 1 or not dim_ok(dims[0], 2) or dims[0] % 2 != 1:
+        if not is_float_tensor(y) or shape is None or len(shape) != 2:
             return None
         chain, steps, cur = [], [], y
         while True:
@@ -344,7 +349,7 @@ def rewrite_gemm_sums(gm) -> bool:
                 if op == "rsub":
                     scale, terms = -scale, [(-c, t) for c, t in terms]
                 terms.append((1.0, v))
-        args = (x, b, scale, tuple(terms), node_name(node) == "mean", a.get("keepdim", False), linear)
+        args = (x, b, scale, tuple(terms), node_name(node) == "mean", keepdim, linear)
         return g.call_function(gemm_sum, args), tuple(chain)
 
     return rewrite_nodes(gm, build)
